@@ -1,0 +1,588 @@
+//! The program model: TRA programs (what front-ends send) and IA plans (what tra
+//! answers), exactly as the API contract writes them, with JSON round-trip and a
+//! readable s-expression form.
+//!
+//! A program is a DAG of named nodes over named inputs with one or more outputs.
+//! Nodes are kept in the order the sender wrote them ([`IndexMap`]).
+
+use crate::error::{ErrorCode, ProgramError, Result};
+use crate::kernel::KernelRef;
+use crate::keyexpr::{KeyFn, Predicate};
+use indexmap::IndexMap;
+use serde::{Deserialize, Serialize};
+use std::fmt::Write as _;
+
+/// How an input relation is laid out over the sites, as the caller declares it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum PlacementDecl {
+    /// Tuple with key `k` lives at site `h(k[dims])` (see [`crate::placement`]).
+    Hash(Vec<usize>),
+    /// Every tuple at every site.
+    Replicated,
+    /// Each tuple on some site, layout unknown: a plan may not rely on it.
+    #[default]
+    Any,
+}
+
+/// One input relation: its frontier (`key_bounds`), block shape and placement.
+///
+/// Bounds are read as signed integers so that a negative bound gets a clear
+/// error naming the input rather than a JSON type error.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InputDecl {
+    /// Per key dimension, the number of distinct values (max key + 1).
+    pub key_bounds: Vec<i64>,
+    /// The shape of every block.
+    pub array_bounds: Vec<i64>,
+    /// The declared placement; `any` when absent.
+    #[serde(default, skip_serializing_if = "is_any")]
+    pub placement: PlacementDecl,
+}
+
+fn is_any(p: &PlacementDecl) -> bool {
+    *p == PlacementDecl::Any
+}
+
+/// The cluster the plan is for, and the weights of the cost `α·network + β·flops`.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Cluster {
+    /// Number of sites (workers).
+    #[serde(default = "default_sites")]
+    pub sites: usize,
+    /// α, the weight of a float moved over the network.
+    #[serde(default = "one")]
+    pub network_weight: f64,
+    /// β, the weight of a floating-point operation.
+    #[serde(default)]
+    pub compute_weight: f64,
+}
+
+fn default_sites() -> usize {
+    4
+}
+fn one() -> f64 {
+    1.0
+}
+
+impl Default for Cluster {
+    fn default() -> Self {
+        Cluster { sites: default_sites(), network_weight: 1.0, compute_weight: 0.0 }
+    }
+}
+
+/// A TRA operator (paper 004 §2.1). Field names are the API's.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
+pub enum TraOp {
+    /// Join on `left_keys[i] == right_keys[i]`; output key is the left key followed
+    /// by the right key without its join dims; blocks combined by `kernel`.
+    Join {
+        /// Left operand.
+        left: String,
+        /// Right operand.
+        right: String,
+        /// Join dims of the left key.
+        left_keys: Vec<usize>,
+        /// Join dims of the right key, pairwise equal to `left_keys`.
+        right_keys: Vec<usize>,
+        /// Binary kernel applied to each matching pair.
+        kernel: KernelRef,
+    },
+    /// Group by the `group_by` key dims (output key = those dims in order) and
+    /// fold each group's blocks with a binary, associative, commutative kernel.
+    Aggregate {
+        /// Operand.
+        input: String,
+        /// Dims kept, in output order.
+        group_by: Vec<usize>,
+        /// Binary aggregation kernel.
+        kernel: KernelRef,
+    },
+    /// Map every key through `key` (must stay unique).
+    Rekey {
+        /// Operand.
+        input: String,
+        /// Key expression, e.g. `[2*k0 + k1]`.
+        key: KeyFn,
+    },
+    /// Keep the tuples whose key satisfies `predicate`.
+    Filter {
+        /// Operand.
+        input: String,
+        /// Predicate over key components, e.g. `k0 == k1`.
+        predicate: Predicate,
+    },
+    /// Apply a unary kernel to every block.
+    Transform {
+        /// Operand.
+        input: String,
+        /// Unary kernel.
+        kernel: KernelRef,
+    },
+    /// Cut every block along array dim `dim` into pieces of `size`; a new last key
+    /// dim counts the pieces.
+    Tile {
+        /// Operand.
+        input: String,
+        /// Array dim to cut.
+        dim: usize,
+        /// Size of each piece along `dim`.
+        size: usize,
+    },
+    /// Inverse of tile (the paper's stack): group by every key dim except
+    /// `key_dim` and concatenate each group's blocks along `array_dim`, ordered
+    /// by `key_dim`.
+    Concat {
+        /// Operand.
+        input: String,
+        /// Key dim that orders the pieces (removed from the key).
+        key_dim: usize,
+        /// Array dim along which pieces are joined.
+        array_dim: usize,
+    },
+}
+
+/// An IA operator (paper 004 §3). Field names are the API's.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
+pub enum IaOp {
+    /// Every tuple to every site.
+    Broadcast {
+        /// Operand.
+        input: String,
+    },
+    /// Every tuple to site `h(key[dims])`.
+    Shuffle {
+        /// Operand.
+        input: String,
+        /// Partition dims (may be empty: everything to one site).
+        dims: Vec<usize>,
+    },
+    /// Join of the tuples that are on the same site.
+    LocalJoin {
+        /// Left operand.
+        left: String,
+        /// Right operand.
+        right: String,
+        /// Join dims of the left key.
+        left_keys: Vec<usize>,
+        /// Join dims of the right key.
+        right_keys: Vec<usize>,
+        /// Binary kernel.
+        kernel: KernelRef,
+    },
+    /// Aggregation per site and group.
+    LocalAggregate {
+        /// Operand.
+        input: String,
+        /// Dims kept.
+        group_by: Vec<usize>,
+        /// Binary aggregation kernel (or a concat kernel).
+        kernel: KernelRef,
+    },
+    /// Filter on each site.
+    LocalFilter {
+        /// Operand.
+        input: String,
+        /// Predicate over the key.
+        predicate: Predicate,
+    },
+    /// Map keys and blocks on each site; one tuple may give several (a key
+    /// expression with a range component, a tiling kernel).
+    LocalMap {
+        /// Operand.
+        input: String,
+        /// Key expression; identity when absent.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        key: Option<KeyFn>,
+        /// Unary kernel; identity when absent.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        kernel: Option<KernelRef>,
+    },
+}
+
+/// A TRA program: the request of `/v1/optimize`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Program {
+    /// Input relations by name.
+    pub inputs: IndexMap<String, InputDecl>,
+    /// Nodes by name.
+    pub nodes: IndexMap<String, TraOp>,
+    /// Names of the nodes (or inputs) whose values are wanted.
+    pub outputs: Vec<String>,
+    /// Cluster and cost weights; defaults when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<Cluster>,
+}
+
+/// An IA plan: the `plan` of the optimize answer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Plan {
+    /// Input relations by name, as in the request.
+    pub inputs: IndexMap<String, InputDecl>,
+    /// Nodes by name.
+    pub nodes: IndexMap<String, IaOp>,
+    /// Output names (the request's).
+    pub outputs: Vec<String>,
+}
+
+/// The operator names of TRA, for error messages.
+pub const TRA_OPS: &[&str] = &["join", "aggregate", "rekey", "filter", "transform", "tile", "concat"];
+/// The operator names of IA, for error messages.
+pub const IA_OPS: &[&str] =
+    &["broadcast", "shuffle", "local_join", "local_aggregate", "local_filter", "local_map"];
+
+/// Operators that name their operands: lets generic code walk any DAG.
+pub trait Operator {
+    /// The operands (names of inputs or nodes), in order.
+    fn operands(&self) -> Vec<&str>;
+    /// The `op` string.
+    fn op_name(&self) -> &'static str;
+}
+
+impl Operator for TraOp {
+    fn operands(&self) -> Vec<&str> {
+        match self {
+            TraOp::Join { left, right, .. } => vec![left, right],
+            TraOp::Aggregate { input, .. }
+            | TraOp::Rekey { input, .. }
+            | TraOp::Filter { input, .. }
+            | TraOp::Transform { input, .. }
+            | TraOp::Tile { input, .. }
+            | TraOp::Concat { input, .. } => vec![input],
+        }
+    }
+    fn op_name(&self) -> &'static str {
+        match self {
+            TraOp::Join { .. } => "join",
+            TraOp::Aggregate { .. } => "aggregate",
+            TraOp::Rekey { .. } => "rekey",
+            TraOp::Filter { .. } => "filter",
+            TraOp::Transform { .. } => "transform",
+            TraOp::Tile { .. } => "tile",
+            TraOp::Concat { .. } => "concat",
+        }
+    }
+}
+
+impl Operator for IaOp {
+    fn operands(&self) -> Vec<&str> {
+        match self {
+            IaOp::LocalJoin { left, right, .. } => vec![left, right],
+            IaOp::Broadcast { input }
+            | IaOp::Shuffle { input, .. }
+            | IaOp::LocalAggregate { input, .. }
+            | IaOp::LocalFilter { input, .. }
+            | IaOp::LocalMap { input, .. } => vec![input],
+        }
+    }
+    fn op_name(&self) -> &'static str {
+        match self {
+            IaOp::Broadcast { .. } => "broadcast",
+            IaOp::Shuffle { .. } => "shuffle",
+            IaOp::LocalJoin { .. } => "local_join",
+            IaOp::LocalAggregate { .. } => "local_aggregate",
+            IaOp::LocalFilter { .. } => "local_filter",
+            IaOp::LocalMap { .. } => "local_map",
+        }
+    }
+}
+
+/// Parse the JSON text of a program node by node, so that an error names the
+/// node (or input) at fault rather than a byte offset.
+pub fn parse_nodes<Op: for<'de> Deserialize<'de>>(
+    value: &serde_json::Value,
+    ops: &[&str],
+) -> Result<IndexMap<String, Op>> {
+    let obj = value
+        .as_object()
+        .ok_or_else(|| ProgramError::new(ErrorCode::BadField, "nodes", "`nodes` must be an object of named nodes"))?;
+    let mut out = IndexMap::new();
+    for (name, v) in obj {
+        let op = v.get("op").and_then(|o| o.as_str());
+        match op {
+            None => {
+                return Err(ProgramError::new(
+                    ErrorCode::BadField,
+                    name.clone(),
+                    format!("node {name}: missing `op` (one of {})", ops.join(", ")),
+                ))
+            }
+            Some(o) if !ops.contains(&o) => {
+                return Err(ProgramError::new(
+                    ErrorCode::UnknownOp,
+                    format!("{name}.op"),
+                    format!("node {name}: unknown op `{o}`, expected one of {}", ops.join(", ")),
+                ))
+            }
+            _ => {}
+        }
+        let node: Op = serde_json::from_value(v.clone()).map_err(|e| {
+            let msg = e.to_string();
+            let code = if msg.contains("expression") || msg.contains("predicate") {
+                ErrorCode::BadExpression
+            } else {
+                ErrorCode::BadField
+            };
+            ProgramError::new(code, name.clone(), format!("node {name}: {msg}"))
+        })?;
+        out.insert(name.clone(), node);
+    }
+    Ok(out)
+}
+
+fn parse_inputs(value: &serde_json::Value) -> Result<IndexMap<String, InputDecl>> {
+    let obj = value
+        .as_object()
+        .ok_or_else(|| ProgramError::new(ErrorCode::BadField, "inputs", "`inputs` must be an object of named inputs"))?;
+    let mut out = IndexMap::new();
+    for (name, v) in obj {
+        let decl: InputDecl = serde_json::from_value(v.clone()).map_err(|e| {
+            ProgramError::new(ErrorCode::BadField, name.clone(), format!("input {name}: {e}"))
+        })?;
+        out.insert(name.clone(), decl);
+    }
+    Ok(out)
+}
+
+fn top_field<'a>(obj: &'a serde_json::Map<String, serde_json::Value>, f: &str) -> Result<&'a serde_json::Value> {
+    obj.get(f)
+        .ok_or_else(|| ProgramError::new(ErrorCode::BadField, f, format!("missing top-level field `{f}`")))
+}
+
+fn parse_outputs(value: &serde_json::Value) -> Result<Vec<String>> {
+    serde_json::from_value(value.clone())
+        .map_err(|e| ProgramError::new(ErrorCode::BadField, "outputs", format!("`outputs` must be a list of names: {e}")))
+}
+
+impl Program {
+    /// Parse a program from JSON text; errors name the node or field at fault.
+    /// This only reads the shape of the program: [`crate::check::check_program`]
+    /// then checks that it makes sense.
+    pub fn from_json(text: &str) -> Result<Program> {
+        let value: serde_json::Value = serde_json::from_str(text)
+            .map_err(|e| ProgramError::new(ErrorCode::BadJson, "", format!("not valid JSON: {e}")))?;
+        Program::from_value(&value)
+    }
+
+    /// Parse a program from a JSON value (see [`Program::from_json`]).
+    pub fn from_value(value: &serde_json::Value) -> Result<Program> {
+        let obj = value
+            .as_object()
+            .ok_or_else(|| ProgramError::new(ErrorCode::BadJson, "", "a program must be a JSON object"))?;
+        let inputs = parse_inputs(top_field(obj, "inputs")?)?;
+        let nodes = parse_nodes(top_field(obj, "nodes")?, TRA_OPS)?;
+        let outputs = parse_outputs(top_field(obj, "outputs")?)?;
+        let cluster = match obj.get("cluster") {
+            None | Some(serde_json::Value::Null) => None,
+            Some(c) => Some(serde_json::from_value(c.clone()).map_err(|e| {
+                ProgramError::new(ErrorCode::BadField, "cluster", format!("cluster: {e}"))
+            })?),
+        };
+        Ok(Program { inputs, nodes, outputs, cluster })
+    }
+
+    /// The cluster, with defaults filled in.
+    pub fn cluster(&self) -> Cluster {
+        self.cluster.unwrap_or_default()
+    }
+
+    /// The s-expression form (see [`sexpr`]).
+    pub fn to_sexpr(&self) -> String {
+        sexpr::render(&self.nodes, &self.outputs, |op| sexpr::tra_head(op))
+    }
+}
+
+impl Plan {
+    /// Parse a plan from JSON text; errors name the node at fault.
+    pub fn from_json(text: &str) -> Result<Plan> {
+        let value: serde_json::Value = serde_json::from_str(text)
+            .map_err(|e| ProgramError::new(ErrorCode::BadJson, "", format!("not valid JSON: {e}")))?;
+        let obj = value
+            .as_object()
+            .ok_or_else(|| ProgramError::new(ErrorCode::BadJson, "", "a plan must be a JSON object"))?;
+        Ok(Plan {
+            inputs: parse_inputs(top_field(obj, "inputs")?)?,
+            nodes: parse_nodes(top_field(obj, "nodes")?, IA_OPS)?,
+            outputs: parse_outputs(top_field(obj, "outputs")?)?,
+        })
+    }
+
+    /// The s-expression form (see [`sexpr`]).
+    pub fn to_sexpr(&self) -> String {
+        sexpr::render(&self.nodes, &self.outputs, |op| sexpr::ia_head(op))
+    }
+}
+
+/// Order the nodes so that every node comes after its operands, or report the
+/// cycle. Operands that are not nodes (inputs, or unknown names) are ignored
+/// here; checking reports unknown names.
+pub fn topo_order<Op: Operator>(nodes: &IndexMap<String, Op>) -> Result<Vec<String>> {
+    #[derive(Clone, Copy, PartialEq)]
+    enum Mark {
+        New,
+        Active,
+        Done,
+    }
+    let mut mark = vec![Mark::New; nodes.len()];
+    let mut order = Vec::with_capacity(nodes.len());
+    // Iterative DFS, so that a very deep program cannot overflow the stack.
+    for start in 0..nodes.len() {
+        if mark[start] != Mark::New {
+            continue;
+        }
+        let mut stack: Vec<(usize, usize)> = vec![(start, 0)];
+        mark[start] = Mark::Active;
+        while let Some(&mut (i, ref mut next)) = stack.last_mut() {
+            let (_, op) = nodes.get_index(i).expect("index in range");
+            let operands = op.operands();
+            if *next < operands.len() {
+                let child = operands[*next];
+                *next += 1;
+                if let Some(j) = nodes.get_index_of(child) {
+                    match mark[j] {
+                        Mark::New => {
+                            mark[j] = Mark::Active;
+                            stack.push((j, 0));
+                        }
+                        Mark::Active => {
+                            let mut cycle: Vec<&str> = stack
+                                .iter()
+                                .skip_while(|(k, _)| *k != j)
+                                .map(|(k, _)| nodes.get_index(*k).unwrap().0.as_str())
+                                .collect();
+                            cycle.push(child);
+                            let name = nodes.get_index(i).unwrap().0;
+                            return Err(ProgramError::new(
+                                ErrorCode::Cycle,
+                                name.clone(),
+                                format!("node {name}: the nodes form a cycle: {}", cycle.join(" -> ")),
+                            ));
+                        }
+                        Mark::Done => {}
+                    }
+                }
+            } else {
+                mark[i] = Mark::Done;
+                order.push(nodes.get_index(i).unwrap().0.clone());
+                stack.pop();
+            }
+        }
+    }
+    Ok(order)
+}
+
+/// The s-expression form of programs and plans: `(aggregate [0 2] matAdd (join
+/// [1] [0] matMul X Y))`. Key expressions and predicates are quoted strings;
+/// composed kernels are `(compose diag matAdd)`. A node used by several
+/// consumers, or that is an output used elsewhere, is written once as
+/// `(define NAME EXPR)` and referred to by name afterwards.
+pub mod sexpr {
+    use super::*;
+
+    /// Head and parameters of a TRA node, e.g. `join [1] [0] matMul`.
+    pub fn tra_head(op: &TraOp) -> String {
+        match op {
+            TraOp::Join { left_keys, right_keys, kernel, .. } => {
+                format!("join {} {} {}", dims(left_keys), dims(right_keys), kernel.to_sexpr())
+            }
+            TraOp::Aggregate { group_by, kernel, .. } => format!("aggregate {} {}", dims(group_by), kernel.to_sexpr()),
+            TraOp::Rekey { key, .. } => format!("rekey {:?}", key.to_string()),
+            TraOp::Filter { predicate, .. } => format!("filter {:?}", predicate.to_string()),
+            TraOp::Transform { kernel, .. } => format!("transform {}", kernel.to_sexpr()),
+            TraOp::Tile { dim, size, .. } => format!("tile {dim} {size}"),
+            TraOp::Concat { key_dim, array_dim, .. } => format!("concat {key_dim} {array_dim}"),
+        }
+    }
+
+    /// Head and parameters of an IA node, e.g. `shuffle [0 2]`.
+    pub fn ia_head(op: &IaOp) -> String {
+        match op {
+            IaOp::Broadcast { .. } => "broadcast".into(),
+            IaOp::Shuffle { dims: d, .. } => format!("shuffle {}", dims(d)),
+            IaOp::LocalJoin { left_keys, right_keys, kernel, .. } => {
+                format!("local_join {} {} {}", dims(left_keys), dims(right_keys), kernel.to_sexpr())
+            }
+            IaOp::LocalAggregate { group_by, kernel, .. } => {
+                format!("local_aggregate {} {}", dims(group_by), kernel.to_sexpr())
+            }
+            IaOp::LocalFilter { predicate, .. } => format!("local_filter {:?}", predicate.to_string()),
+            IaOp::LocalMap { key, kernel, .. } => format!(
+                "local_map {} {}",
+                key.as_ref().map(|k| format!("{:?}", k.to_string())).unwrap_or_else(|| "id".into()),
+                kernel.as_ref().map(|k| k.to_sexpr()).unwrap_or_else(|| "id".into())
+            ),
+        }
+    }
+
+    /// `[0 2]`.
+    pub fn dims(d: &[usize]) -> String {
+        let parts: Vec<String> = d.iter().map(|x| x.to_string()).collect();
+        format!("[{}]", parts.join(" "))
+    }
+
+    /// Render a DAG: shared nodes as `(define ...)` lines, then each output.
+    pub fn render<Op: Operator>(
+        nodes: &IndexMap<String, Op>,
+        outputs: &[String],
+        head: impl Fn(&Op) -> String,
+    ) -> String {
+        let mut uses: IndexMap<&str, usize> = IndexMap::new();
+        for op in nodes.values() {
+            for o in op.operands() {
+                *uses.entry(o).or_default() += 1;
+            }
+        }
+        for o in outputs {
+            *uses.entry(o.as_str()).or_default() += 1;
+        }
+        let shared = |n: &str| nodes.contains_key(n) && uses.get(n).copied().unwrap_or(0) > 1;
+        let order = topo_order(nodes).unwrap_or_else(|_| nodes.keys().cloned().collect());
+        let mut out = String::new();
+        // Iterative rendering would be nicer for huge programs; programs deep
+        // enough to matter are rejected by the checker's depth limit first.
+        fn expr<Op: Operator>(
+            n: &str,
+            nodes: &IndexMap<String, Op>,
+            head: &dyn Fn(&Op) -> String,
+            shared: &dyn Fn(&str) -> bool,
+            top: bool,
+        ) -> String {
+            match nodes.get(n) {
+                Some(op) if top || !shared(n) => {
+                    let mut s = format!("({}", head(op));
+                    for c in op.operands() {
+                        s.push(' ');
+                        s.push_str(&expr(c, nodes, head, shared, false));
+                    }
+                    s.push(')');
+                    s
+                }
+                _ => n.to_string(),
+            }
+        }
+        for n in &order {
+            if shared(n) {
+                let _ = writeln!(out, "(define {n} {})", expr(n, nodes, &head, &shared, true));
+            }
+        }
+        for o in outputs {
+            if shared(o) && nodes.contains_key(o.as_str()) {
+                if outputs.len() > 1 {
+                    let _ = writeln!(out, "(output {o})");
+                }
+                continue;
+            }
+            let e = expr(o, nodes, &head, &shared, true);
+            if outputs.len() > 1 {
+                let _ = writeln!(out, "(output {o} {e})");
+            } else {
+                let _ = writeln!(out, "{e}");
+            }
+        }
+        out.trim_end().to_string()
+    }
+}
