@@ -3,11 +3,19 @@
 //! model and extraction.
 #![warn(missing_docs)]
 
+pub mod check;
+pub mod compile;
+pub mod cost;
+pub mod egraph;
 pub mod error;
+pub mod extract;
 pub mod kernel;
 pub mod keyexpr;
+pub mod optimize;
 pub mod placement;
 pub mod program;
+pub mod rule;
+pub mod types;
 
 pub use error::{ErrorCode, ProgramError};
 pub use kernel::KernelRef;

@@ -1,0 +1,559 @@
+//! The IA e-graph: two sorts in one egg language (DESIGN.md §3).
+//!
+//! Two IA expressions are "equivalent" when their outputs agree after
+//! projecting away the site. That relation is not a congruence for local
+//! operators (a local aggregation over a relation that is not partitioned by
+//! its group keys gives partial aggregates), so one e-class must never hold
+//! both `R` and `shuffle(R)`. Instead:
+//!
+//! - **P (physical)** classes: equality is exact, sites included. Inputs and
+//!   the local operators live here, and the operands of local operators are P
+//!   classes. Each carries the frontier, block shape and **placement** as its
+//!   analysis; they are class invariants and [`merge`](egg::Analysis::merge)
+//!   asserts that they agree, so an unsound rule fails loudly at once.
+//! - **L (logical)** classes: equality up to site. `(erase P)` is an L node;
+//!   `(shuffle dims L)` and `(broadcast L)` are P nodes whose value depends only
+//!   on the erased operand; the TRA operators are L nodes.
+//!
+//! Every operator is then a function of its operands' values in their own
+//! sorts, and congruence is sound.
+//!
+//! Parameters (dim lists, key expressions, predicates, kernels, input names)
+//! are leaf nodes ([`Param`]), so patterns can bind and share them.
+
+use crate::error::ErrorCode;
+use crate::kernel::KernelRef;
+use crate::keyexpr::{KeyFn, Predicate};
+use crate::program::{IaOp, InputDecl, Plan, Program, TraOp};
+use crate::types::{self, PhysType, Placement, RelType, TypeError};
+use egg::{Analysis, DidMerge, EGraph, Id, Language, RecExpr};
+use indexmap::IndexMap;
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::fmt;
+use std::str::FromStr;
+
+/// A parameter leaf: written `[0,2]`, `key:[k0,k1]`, `pred:k0==k1`,
+/// `kernel:matMul`, `id` (identity key map or kernel) or an input name.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Param {
+    /// A list of dims.
+    Dims(Vec<usize>),
+    /// A key expression.
+    Key(KeyFn),
+    /// A predicate.
+    Pred(Predicate),
+    /// A kernel.
+    Kernel(KernelRef),
+    /// The identity (key map or kernel of a local map).
+    Id,
+    /// An input's name.
+    Name(String),
+}
+
+impl fmt::Display for Param {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Param::Dims(d) => {
+                let parts: Vec<String> = d.iter().map(|x| x.to_string()).collect();
+                write!(f, "[{}]", parts.join(","))
+            }
+            Param::Key(k) => write!(f, "key:{}", k.to_string().replace(' ', "")),
+            Param::Pred(p) => write!(f, "pred:{}", p.to_string().replace(' ', "")),
+            Param::Kernel(k) => write!(f, "kernel:{k}"),
+            Param::Id => write!(f, "id"),
+            Param::Name(n) => write!(f, "{n}"),
+        }
+    }
+}
+
+impl FromStr for Param {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        if let Some(rest) = s.strip_prefix('[') {
+            let inner = rest.strip_suffix(']').ok_or_else(|| format!("bad dims `{s}`"))?;
+            if inner.trim().is_empty() {
+                return Ok(Param::Dims(vec![]));
+            }
+            let dims: Result<Vec<usize>, _> = inner.split(',').map(|x| x.trim().parse::<usize>()).collect();
+            return dims.map(Param::Dims).map_err(|_| format!("bad dims `{s}`"));
+        }
+        if let Some(k) = s.strip_prefix("key:") {
+            return KeyFn::parse(k).map(Param::Key).map_err(|e| e.to_string());
+        }
+        if let Some(p) = s.strip_prefix("pred:") {
+            return Predicate::parse(p).map(Param::Pred).map_err(|e| e.to_string());
+        }
+        if let Some(k) = s.strip_prefix("kernel:") {
+            return KernelRef::parse(k).map(Param::Kernel).map_err(|e| e.to_string());
+        }
+        if s == "id" {
+            return Ok(Param::Id);
+        }
+        Ok(Param::Name(s.to_string()))
+    }
+}
+
+#[allow(missing_docs)]
+mod lang {
+    use super::Param;
+    use egg::{define_language, Id};
+define_language! {
+    /// IA and TRA operators over two sorts (see the module doc).
+    pub enum Ia {
+        // L sort: TRA operators.
+        "join" = Join([Id; 5]),
+        "aggregate" = Aggregate([Id; 3]),
+        "rekey" = Rekey([Id; 2]),
+        "filter" = Filter([Id; 2]),
+        "transform" = Transform([Id; 2]),
+        "tile" = Tile([Id; 2]),
+        "concat" = Concat([Id; 2]),
+        // P -> L.
+        "erase" = Erase(Id),
+        // P sort.
+        "input" = Input(Id),
+        "shuffle" = Shuffle([Id; 2]),
+        "broadcast" = Broadcast(Id),
+        "ljoin" = LJoin([Id; 5]),
+        "lagg" = LAgg([Id; 3]),
+        "lfilter" = LFilter([Id; 2]),
+        "lmap" = LMap([Id; 3]),
+        Param(Param),
+    }
+}
+}
+pub use lang::Ia;
+
+/// The type of an L class: a relation up to site.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct LogicalType {
+    /// Frontier, block shape, key set (for a partial aggregate: its distinct keys).
+    pub rel: RelType,
+    /// False for an erased partial aggregate (a bag with duplicate keys).
+    pub complete: bool,
+    /// Exact tuple count (every partial copy counted).
+    pub tuples: u64,
+}
+
+impl LogicalType {
+    fn of(p: &PhysType) -> Self {
+        LogicalType { rel: p.rel.clone(), complete: p.complete, tuples: p.tuples }
+    }
+    fn complete(rel: RelType) -> Self {
+        let tuples = rel.tuples();
+        LogicalType { rel, complete: true, tuples }
+    }
+    /// This relation as a physical one of unknown placement.
+    pub fn as_phys(&self) -> PhysType {
+        PhysType { rel: self.rel.clone(), placement: Placement::Any, complete: self.complete, tuples: self.tuples }
+    }
+    /// Floats in the relation: what a shuffle of it moves.
+    pub fn floats(&self) -> u64 {
+        self.tuples.saturating_mul(self.rel.block_floats())
+    }
+}
+
+/// The analysis value of a class.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ClassData {
+    /// A parameter leaf.
+    Param(Param),
+    /// A physical relation.
+    P(PhysType),
+    /// A relation up to site.
+    L(LogicalType),
+}
+
+impl ClassData {
+    /// The physical type, for a P class.
+    pub fn phys(&self) -> Option<&PhysType> {
+        match self {
+            ClassData::P(p) => Some(p),
+            _ => None,
+        }
+    }
+    /// The logical type, for an L class.
+    pub fn logical(&self) -> Option<&LogicalType> {
+        match self {
+            ClassData::L(l) => Some(l),
+            _ => None,
+        }
+    }
+    /// The parameter, for a leaf class.
+    pub fn param(&self) -> Option<&Param> {
+        match self {
+            ClassData::Param(p) => Some(p),
+            _ => None,
+        }
+    }
+}
+
+thread_local! {
+    static CURRENT_RULE: RefCell<&'static str> = const { RefCell::new("program") };
+}
+
+/// Name the rule whose application is adding nodes now (for error reports and
+/// for `rules_applied`); returns the previous name.
+pub fn set_current_rule(name: &'static str) -> &'static str {
+    CURRENT_RULE.with(|c| std::mem::replace(&mut *c.borrow_mut(), name))
+}
+
+/// The rule whose application is adding nodes now.
+pub fn current_rule() -> &'static str {
+    CURRENT_RULE.with(|c| *c.borrow())
+}
+
+/// The analysis: types every class, and remembers which rule first built
+/// each node.
+#[derive(Debug, Clone)]
+pub struct TraAnalysis {
+    /// Number of sites.
+    pub sites: usize,
+    /// Input declarations by name.
+    pub inputs: IndexMap<String, InputDecl>,
+    /// For each node as first added (children as they were then): the rule that added it.
+    pub origins: IndexMap<Ia, &'static str>,
+}
+
+impl TraAnalysis {
+    /// An analysis for programs over these inputs on `sites` sites.
+    pub fn new(sites: usize, inputs: IndexMap<String, InputDecl>) -> Self {
+        TraAnalysis { sites, inputs, origins: IndexMap::new() }
+    }
+}
+
+/// The e-graph type of tra.
+pub type TraEGraph = EGraph<Ia, TraAnalysis>;
+
+fn param<'a>(eg: &'a TraEGraph, id: Id) -> &'a Param {
+    eg[id].data.param().unwrap_or_else(|| {
+        panic!("rule {}: expected a parameter leaf, found {:?}", current_rule(), eg[id].data)
+    })
+}
+fn dims(eg: &TraEGraph, id: Id) -> &[usize] {
+    match param(eg, id) {
+        Param::Dims(d) => d,
+        p => panic!("rule {}: expected dims, found {p}", current_rule()),
+    }
+}
+fn kernel(eg: &TraEGraph, id: Id) -> &KernelRef {
+    match param(eg, id) {
+        Param::Kernel(k) => k,
+        p => panic!("rule {}: expected a kernel, found {p}", current_rule()),
+    }
+}
+fn opt_kernel(eg: &TraEGraph, id: Id) -> Option<&KernelRef> {
+    match param(eg, id) {
+        Param::Kernel(k) => Some(k),
+        Param::Id => None,
+        p => panic!("rule {}: expected a kernel or id, found {p}", current_rule()),
+    }
+}
+fn opt_key(eg: &TraEGraph, id: Id) -> Option<&KeyFn> {
+    match param(eg, id) {
+        Param::Key(k) => Some(k),
+        Param::Id => None,
+        p => panic!("rule {}: expected a key expression or id, found {p}", current_rule()),
+    }
+}
+fn pred(eg: &TraEGraph, id: Id) -> &Predicate {
+    match param(eg, id) {
+        Param::Pred(p) => p,
+        p => panic!("rule {}: expected a predicate, found {p}", current_rule()),
+    }
+}
+fn p_of(eg: &TraEGraph, id: Id) -> &PhysType {
+    eg[id].data.phys().unwrap_or_else(|| {
+        panic!("rule {}: an operand that must be physical (P) is {:?}", current_rule(), eg[id].data)
+    })
+}
+fn l_of(eg: &TraEGraph, id: Id) -> &LogicalType {
+    eg[id].data.logical().unwrap_or_else(|| {
+        panic!("rule {}: an operand that must be logical (L) is {:?}", current_rule(), eg[id].data)
+    })
+}
+fn complete_rel<'a>(eg: &'a TraEGraph, id: Id) -> &'a RelType {
+    let l = l_of(eg, id);
+    assert!(l.complete, "rule {}: a TRA operator's operand is a partial aggregate", current_rule());
+    &l.rel
+}
+
+/// The type of a node given its operands' classes, or why it is ill-typed.
+/// Rules use this to check a right-hand side before building it.
+pub fn type_node(eg: &TraEGraph, node: &Ia) -> Result<ClassData, TypeError> {
+    let s = eg.analysis.sites;
+    Ok(match node {
+        Ia::Param(p) => ClassData::Param(p.clone()),
+        Ia::Join([jl, jr, k, a, b]) => ClassData::L(LogicalType::complete(types::join(
+            complete_rel(eg, *a),
+            complete_rel(eg, *b),
+            dims(eg, *jl),
+            dims(eg, *jr),
+            kernel(eg, *k),
+        )?)),
+        Ia::Aggregate([g, k, x]) => {
+            ClassData::L(LogicalType::complete(types::aggregate(complete_rel(eg, *x), dims(eg, *g), kernel(eg, *k))?))
+        }
+        Ia::Rekey([f, x]) => ClassData::L(LogicalType::complete(types::local_map(
+            complete_rel(eg, *x),
+            opt_key(eg, *f),
+            None,
+        )?)),
+        Ia::Filter([p, x]) => ClassData::L(LogicalType::complete(types::filter(complete_rel(eg, *x), pred(eg, *p))?)),
+        Ia::Transform([k, x]) => {
+            ClassData::L(LogicalType::complete(types::transform(complete_rel(eg, *x), kernel(eg, *k))?))
+        }
+        Ia::Tile([ds, x]) => {
+            let d = dims(eg, *ds);
+            ClassData::L(LogicalType::complete(types::tile(complete_rel(eg, *x), d[0], d[1])?))
+        }
+        Ia::Concat([ds, x]) => {
+            let d = dims(eg, *ds);
+            ClassData::L(LogicalType::complete(types::concat(complete_rel(eg, *x), d[0], d[1])?))
+        }
+        Ia::Erase(p) => ClassData::L(LogicalType::of(p_of(eg, *p))),
+        Ia::Input(n) => {
+            let name = match param(eg, *n) {
+                Param::Name(n) => n,
+                p => panic!("rule {}: input names a non-name {p}", current_rule()),
+            };
+            let decl = eg.analysis.inputs.get(name).ok_or_else(|| TypeError {
+                code: ErrorCode::UnknownInput,
+                field: None,
+                message: format!("unknown input `{name}`"),
+            })?;
+            ClassData::P(PhysType::complete(types::input(decl)?, types::input_placement(decl, s)))
+        }
+        Ia::Shuffle([d, x]) => ClassData::P(types::shuffle(&l_of(eg, *x).as_phys(), dims(eg, *d), s)?),
+        Ia::Broadcast(x) => ClassData::P(types::broadcast(&l_of(eg, *x).as_phys())),
+        Ia::LJoin([jl, jr, k, a, b]) => ClassData::P(types::local_join(
+            p_of(eg, *a),
+            p_of(eg, *b),
+            dims(eg, *jl),
+            dims(eg, *jr),
+            kernel(eg, *k),
+            s,
+        )?),
+        Ia::LAgg([g, k, x]) => ClassData::P(types::local_aggregate(p_of(eg, *x), dims(eg, *g), kernel(eg, *k), s)?),
+        Ia::LFilter([p, x]) => ClassData::P(types::local_filter(p_of(eg, *x), pred(eg, *p))?),
+        Ia::LMap([f, k, x]) => ClassData::P(types::local_map_phys(p_of(eg, *x), opt_key(eg, *f), opt_kernel(eg, *k))?),
+    })
+}
+
+impl Analysis<Ia> for TraAnalysis {
+    type Data = ClassData;
+
+    fn make(egraph: &mut TraEGraph, enode: &Ia, _id: Id) -> ClassData {
+        let data = match type_node(egraph, enode) {
+            Ok(d) => d,
+            Err(e) => panic!(
+                "rule {} built an ill-typed node {}: {}",
+                current_rule(),
+                enode_string(egraph, enode),
+                e.message
+            ),
+        };
+        egraph.analysis.origins.entry(enode.clone()).or_insert_with(current_rule);
+        data
+    }
+
+    fn merge(&mut self, a: &mut ClassData, b: ClassData) -> DidMerge {
+        match (&mut *a, b) {
+            (ClassData::Param(x), ClassData::Param(y)) => {
+                assert_eq!(*x, y, "rule {}: merged two different parameters", current_rule());
+                DidMerge(false, false)
+            }
+            (ClassData::L(x), ClassData::L(y)) => {
+                assert_eq!(
+                    *x,
+                    y,
+                    "rule {}: merged two logical classes whose types differ",
+                    current_rule()
+                );
+                DidMerge(false, false)
+            }
+            (ClassData::P(x), ClassData::P(y)) => {
+                assert_eq!(x.rel, y.rel, "rule {}: merged physical classes whose relations differ", current_rule());
+                assert_eq!(
+                    (x.complete, x.tuples),
+                    (y.complete, y.tuples),
+                    "rule {}: merged physical classes whose completeness differs",
+                    current_rule()
+                );
+                match (&x.placement, &y.placement) {
+                    (p, q) if p == q => DidMerge(false, false),
+                    (_, Placement::Any) => DidMerge(false, true),
+                    (Placement::Any, _) => {
+                        x.placement = y.placement;
+                        DidMerge(true, false)
+                    }
+                    (p, q) => panic!(
+                        "rule {}: merged physical classes whose placements differ ({p} and {q}): an unsound rewrite",
+                        current_rule()
+                    ),
+                }
+            }
+            (x, y) => panic!("rule {}: merged classes of different sorts: {x:?} and {y:?}", current_rule()),
+        }
+    }
+}
+
+fn enode_string(eg: &TraEGraph, n: &Ia) -> String {
+    let mut s = format!("({}", n);
+    for c in n.children() {
+        match eg[*c].data.param() {
+            Some(p) => s.push_str(&format!(" {p}")),
+            None => s.push_str(&format!(" #{c}")),
+        }
+    }
+    s.push(')');
+    s
+}
+
+/// Add a TRA program to an e-graph as L nodes; returns each output's class.
+pub fn add_program(eg: &mut TraEGraph, p: &Program, order: &[String]) -> IndexMap<String, Id> {
+    let mut ids: HashMap<&str, Id> = HashMap::new();
+    for name in p.inputs.keys() {
+        let n = eg.add(Ia::Param(Param::Name(name.clone())));
+        let i = eg.add(Ia::Input(n));
+        let e = eg.add(Ia::Erase(i));
+        ids.insert(name, e);
+    }
+    for name in order {
+        let op = &p.nodes[name];
+        let leaf = |eg: &mut TraEGraph, prm: Param| eg.add(Ia::Param(prm));
+        let node = match op {
+            TraOp::Join { left, right, left_keys, right_keys, kernel } => Ia::Join([
+                leaf(eg, Param::Dims(left_keys.clone())),
+                leaf(eg, Param::Dims(right_keys.clone())),
+                leaf(eg, Param::Kernel(kernel.clone())),
+                ids[left.as_str()],
+                ids[right.as_str()],
+            ]),
+            TraOp::Aggregate { input, group_by, kernel } => Ia::Aggregate([
+                leaf(eg, Param::Dims(group_by.clone())),
+                leaf(eg, Param::Kernel(kernel.clone())),
+                ids[input.as_str()],
+            ]),
+            TraOp::Rekey { input, key } => Ia::Rekey([leaf(eg, Param::Key(key.clone())), ids[input.as_str()]]),
+            TraOp::Filter { input, predicate } => {
+                Ia::Filter([leaf(eg, Param::Pred(predicate.clone())), ids[input.as_str()]])
+            }
+            TraOp::Transform { input, kernel } => {
+                Ia::Transform([leaf(eg, Param::Kernel(kernel.clone())), ids[input.as_str()]])
+            }
+            TraOp::Tile { input, dim, size } => Ia::Tile([leaf(eg, Param::Dims(vec![*dim, *size])), ids[input.as_str()]]),
+            TraOp::Concat { input, key_dim, array_dim } => {
+                Ia::Concat([leaf(eg, Param::Dims(vec![*key_dim, *array_dim])), ids[input.as_str()]])
+            }
+        };
+        let id = eg.add(node);
+        ids.insert(name, id);
+    }
+    p.outputs.iter().map(|o| (o.clone(), ids[o.as_str()])).collect()
+}
+
+/// An extracted plan: a RecExpr holding every output's P expression
+/// (P nodes and parameters only, `erase` removed), and the root of each output.
+#[derive(Debug, Clone)]
+pub struct ExtractedPlan {
+    /// The expression DAG.
+    pub expr: RecExpr<Ia>,
+    /// Output name → index of its root in `expr`.
+    pub roots: IndexMap<String, Id>,
+    /// The e-class each node of `expr` was taken from.
+    pub classes: Vec<Id>,
+}
+
+impl ExtractedPlan {
+    /// The API plan: one named node per IA operator; outputs keep their names.
+    pub fn to_plan(&self, inputs: &IndexMap<String, InputDecl>) -> Plan {
+        let nodes_in = self.expr.as_ref();
+        let mut names: HashMap<Id, String> = HashMap::new();
+        let mut nodes: IndexMap<String, IaOp> = IndexMap::new();
+        // Output roots get the output names (an output used twice keeps the first).
+        for (o, r) in &self.roots {
+            if let Ia::Input(n) = &nodes_in[usize::from(*r)] {
+                if let Ia::Param(Param::Name(nm)) = &nodes_in[usize::from(*n)] {
+                    if nm == o {
+                        continue;
+                    }
+                }
+            }
+            names.entry(*r).or_insert_with(|| o.clone());
+        }
+        let mut counter = 0usize;
+        let prm = |id: Id| match &nodes_in[usize::from(id)] {
+            Ia::Param(p) => p.clone(),
+            n => panic!("expected a parameter, found {n}"),
+        };
+        let dims = |id: Id| match prm(id) {
+            Param::Dims(d) => d,
+            p => panic!("expected dims, found {p}"),
+        };
+        let kern = |id: Id| match prm(id) {
+            Param::Kernel(k) => k,
+            p => panic!("expected a kernel, found {p}"),
+        };
+        for (i, node) in nodes_in.iter().enumerate() {
+            let id = Id::from(i);
+            let name_of = |c: &Id, names: &HashMap<Id, String>| names[c].clone();
+            let op = match node {
+                Ia::Param(_) => continue,
+                Ia::Input(n) => {
+                    if let Param::Name(nm) = prm(*n) {
+                        names.insert(id, nm);
+                    }
+                    continue;
+                }
+                Ia::Erase(x) => {
+                    let n = names[x].clone();
+                    names.insert(id, n);
+                    continue;
+                }
+                Ia::Shuffle([d, x]) => IaOp::Shuffle { input: name_of(x, &names), dims: dims(*d) },
+                Ia::Broadcast(x) => IaOp::Broadcast { input: name_of(x, &names) },
+                Ia::LJoin([jl, jr, k, a, b]) => IaOp::LocalJoin {
+                    left: name_of(a, &names),
+                    right: name_of(b, &names),
+                    left_keys: dims(*jl),
+                    right_keys: dims(*jr),
+                    kernel: kern(*k),
+                },
+                Ia::LAgg([g, k, x]) => {
+                    IaOp::LocalAggregate { input: name_of(x, &names), group_by: dims(*g), kernel: kern(*k) }
+                }
+                Ia::LFilter([p, x]) => IaOp::LocalFilter {
+                    input: name_of(x, &names),
+                    predicate: match prm(*p) {
+                        Param::Pred(p) => p,
+                        p => panic!("expected a predicate, found {p}"),
+                    },
+                },
+                Ia::LMap([f, k, x]) => IaOp::LocalMap {
+                    input: name_of(x, &names),
+                    key: match prm(*f) {
+                        Param::Key(k) => Some(k),
+                        _ => None,
+                    },
+                    kernel: match prm(*k) {
+                        Param::Kernel(k) => Some(k),
+                        _ => None,
+                    },
+                },
+                other => panic!("a TRA operator ({other}) in an extracted plan"),
+            };
+            let name = names.get(&id).cloned().unwrap_or_else(|| loop {
+                let n = format!("n{counter}");
+                counter += 1;
+                if !inputs.contains_key(&n) && !self.roots.contains_key(&n) {
+                    break n;
+                }
+            });
+            names.insert(id, name.clone());
+            nodes.insert(name, op);
+        }
+        Plan { inputs: inputs.clone(), nodes, outputs: self.roots.keys().cloned().collect() }
+    }
+}

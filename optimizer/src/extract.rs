@@ -1,0 +1,149 @@
+//! DAG-aware extraction of the cheapest executable plan.
+//!
+//! egg's own `Extractor` sums tree costs, so a sub-plan used by two consumers
+//! (a training step reuses its activations) would be paid twice. Here each
+//! class's best choice carries the *set* of classes its plan uses with their
+//! costs; a node's cost is the cost of the union of its children's sets plus
+//! its own. That is the "greedy DAG" extractor: a shared sub-plan is paid once.
+//! Cycles (through `erase(shuffle(…))`) are skipped: a node whose children's
+//! plans already use its own class is never chosen.
+//!
+//! A filter on nodes lets callers extract the best plan of a strategy (only
+//! broadcast joins, only co-partitioned joins, …) for `alternatives`.
+
+use crate::cost::{node_cost, Cost, Weights};
+use crate::egraph::{ExtractedPlan, Ia, TraEGraph};
+use egg::{Id, Language, RecExpr};
+use indexmap::IndexMap;
+use std::collections::{BTreeMap, HashMap};
+use std::rc::Rc;
+
+/// Class → cost of its chosen node, for every class a plan uses.
+type CostSet = Rc<BTreeMap<Id, Cost>>;
+
+fn total(set: &BTreeMap<Id, Cost>) -> Cost {
+    set.values().fold(Cost::default(), |a, c| a.add(*c))
+}
+
+/// The chosen node of every class that has an executable plan.
+pub struct Choice {
+    best: HashMap<Id, (Ia, CostSet, Cost)>,
+}
+
+/// Find, for every class, its cheapest executable node under DAG cost,
+/// considering only nodes that `allow` accepts.
+pub fn choose(eg: &TraEGraph, w: Weights, allow: &dyn Fn(&TraEGraph, Id, &Ia) -> bool) -> Choice {
+    let mut best: HashMap<Id, (Ia, CostSet, Cost)> = HashMap::new();
+    // Node costs do not change during extraction: compute them once.
+    let mut candidates: Vec<(Id, Ia, Cost)> = Vec::new();
+    for class in eg.classes() {
+        for node in &class.nodes {
+            if !allow(eg, class.id, node) {
+                continue;
+            }
+            if let Some(c) = node_cost(eg, class.id, node, w) {
+                candidates.push((class.id, node.clone(), c));
+            }
+        }
+    }
+    loop {
+        let mut changed = false;
+        for (cid, node, own) in &candidates {
+            let mut set: BTreeMap<Id, Cost> = BTreeMap::new();
+            let mut ok = true;
+            for child in node.children() {
+                let child = eg.find(*child);
+                match best.get(&child) {
+                    Some((_, s, _)) if !s.contains_key(cid) => {
+                        for (k, v) in s.iter() {
+                            set.entry(*k).or_insert(*v);
+                        }
+                    }
+                    _ => {
+                        ok = false;
+                        break;
+                    }
+                }
+            }
+            if !ok {
+                continue;
+            }
+            set.insert(*cid, *own);
+            let t = total(&set);
+            let better = match best.get(cid) {
+                None => true,
+                Some((_, _, old)) => t.lt(old),
+            };
+            if better {
+                best.insert(*cid, (node.clone(), Rc::new(set), t));
+                changed = true;
+            }
+        }
+        if !changed {
+            break;
+        }
+    }
+    Choice { best }
+}
+
+impl Choice {
+    /// The cost of the best plan of a class (tree of choices, shared classes once).
+    pub fn cost_of(&self, class: Id) -> Option<Cost> {
+        self.best.get(&class).map(|(_, _, c)| *c)
+    }
+
+    /// The chosen node of a class.
+    pub fn node(&self, class: Id) -> Option<&Ia> {
+        self.best.get(&class).map(|(n, _, _)| n)
+    }
+
+    /// Build the plan for several roots (shared classes appear once), or the
+    /// first root that has no executable plan.
+    pub fn plan(&self, eg: &TraEGraph, roots: &IndexMap<String, Id>) -> Result<ExtractedPlan, String> {
+        let mut expr: RecExpr<Ia> = RecExpr::default();
+        let mut memo: HashMap<Id, Id> = HashMap::new();
+        let mut out_roots = IndexMap::new();
+        let mut classes: Vec<Id> = Vec::new();
+        for (name, &root) in roots {
+            let root = eg.find(root);
+            if !self.best.contains_key(&root) {
+                return Err(name.clone());
+            }
+            // Iterative post-order build, so deep plans cannot overflow the stack.
+            let mut stack: Vec<(Id, bool)> = vec![(root, false)];
+            while let Some((c, expanded)) = stack.pop() {
+                if memo.contains_key(&c) {
+                    continue;
+                }
+                let node = &self.best.get(&c).ok_or_else(|| name.clone())?.0;
+                if !expanded {
+                    stack.push((c, true));
+                    for ch in node.children() {
+                        let ch = eg.find(*ch);
+                        if !memo.contains_key(&ch) {
+                            stack.push((ch, false));
+                        }
+                    }
+                } else {
+                    let n = node.clone().map_children(|ch| memo[&eg.find(ch)]);
+                    let id = expr.add(n);
+                    classes.push(c);
+                    memo.insert(c, id);
+                }
+            }
+            out_roots.insert(name.clone(), memo[&root]);
+        }
+        Ok(ExtractedPlan { expr, roots: out_roots, classes })
+    }
+}
+
+/// The exact DAG cost of an extracted plan (every node once).
+pub fn plan_cost(eg: &TraEGraph, plan: &ExtractedPlan, w: Weights) -> Cost {
+    let classes = &plan.classes;
+    plan.expr
+        .as_ref()
+        .iter()
+        .zip(classes.iter())
+        .map(|(n, c)| node_cost(eg, *c, &n.clone().map_children(|x| classes[usize::from(x)]), w).unwrap_or_default())
+        .fold(Cost::default(), |a, c| a.add(c))
+}

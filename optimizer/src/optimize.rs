@@ -1,0 +1,327 @@
+//! The optimizer: build the e-graph of a TRA program, saturate it with the
+//! rules (lowering first, then everything), extract the cheapest plan and the
+//! best plan of each distinct strategy, and report how it went.
+
+use crate::check::check_program;
+use crate::cost::{Cost, Weights};
+use crate::egraph::{add_program, set_current_rule, ExtractedPlan, Ia, Param, TraAnalysis, TraEGraph};
+use crate::error::{ErrorCode, ProgramError};
+use crate::extract::{choose, plan_cost};
+use crate::program::{Plan, Program};
+use crate::rule::RuleDef;
+use crate::types::Placement;
+use egg::{Id, Language, Runner, StopReason};
+use indexmap::IndexMap;
+use serde::Serialize;
+use std::time::{Duration, Instant};
+
+/// Limits on saturation.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Most e-nodes.
+    pub nodes: usize,
+    /// Most iterations (per phase).
+    pub iterations: usize,
+    /// Most wall time for saturation (both phases together).
+    pub time: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits { nodes: 200_000, iterations: 100, time: Duration::from_secs(10) }
+    }
+}
+
+/// How a local join gets its operands together.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum JoinStrategy {
+    /// The left operand is broadcast.
+    BroadcastLeft,
+    /// The right operand is broadcast.
+    BroadcastRight,
+    /// Both operands are replicated (one site, or both broadcast).
+    BroadcastBoth,
+    /// Both operands shuffled (or placed) on the join keys.
+    CoPartitioned,
+    /// Operands replicated by a key map and shuffled on several dims (3D).
+    Replicated,
+}
+
+impl JoinStrategy {
+    fn words(self) -> &'static str {
+        match self {
+            JoinStrategy::BroadcastLeft => "broadcast left",
+            JoinStrategy::BroadcastRight => "broadcast right",
+            JoinStrategy::BroadcastBoth => "both replicated",
+            JoinStrategy::CoPartitioned => "co-partitioned",
+            JoinStrategy::Replicated => "replicated 3D",
+        }
+    }
+}
+
+/// The cost of a plan, as the API reports it.
+pub type PlanCost = Cost;
+
+/// One alternative plan.
+#[derive(Debug, Clone, Serialize)]
+pub struct Alternative {
+    /// What the strategy is, in words.
+    pub label: String,
+    /// The join strategies of the plan, in plan order.
+    pub strategy: Vec<JoinStrategy>,
+    /// The plan.
+    pub plan: Plan,
+    /// Its cost.
+    pub cost: PlanCost,
+}
+
+/// Figures about the run.
+#[derive(Debug, Clone, Serialize)]
+pub struct Stats {
+    /// E-nodes at the end.
+    pub egraph_nodes: usize,
+    /// E-classes at the end.
+    pub egraph_classes: usize,
+    /// Iterations of both phases.
+    pub iterations: usize,
+    /// `saturated`, `node_limit`, `time_limit` or `iteration_limit`.
+    pub stop_reason: String,
+    /// Wall time of the whole optimization, in milliseconds.
+    pub optimize_ms: f64,
+}
+
+/// The answer of `/v1/optimize`.
+#[derive(Debug, Clone, Serialize)]
+pub struct OptimizeAnswer {
+    /// The chosen plan.
+    pub plan: Plan,
+    /// Its cost.
+    pub cost: PlanCost,
+    /// The best plan of each distinct strategy, cheapest first; the chosen plan first.
+    pub alternatives: Vec<Alternative>,
+    /// Rules that built the chosen plan, in plan order.
+    pub rules_applied: Vec<String>,
+    /// Run figures.
+    pub stats: Stats,
+}
+
+/// Why optimization failed.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum OptimizeError {
+    /// The program is wrong.
+    #[error("{0}")]
+    Program(#[from] ProgramError),
+    /// A limit stopped the work before any executable plan existed.
+    #[error("{0}")]
+    Limit(String),
+    /// A rule broke an invariant: a bug in tra, reported with the rule's name.
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+fn stop_reason(r: &Option<StopReason>) -> &'static str {
+    match r {
+        Some(StopReason::Saturated) | None => "saturated",
+        Some(StopReason::IterationLimit(_)) => "iteration_limit",
+        Some(StopReason::NodeLimit(_)) => "node_limit",
+        Some(StopReason::TimeLimit(_)) => "time_limit",
+        Some(StopReason::Other(_)) => "time_limit",
+    }
+}
+
+/// The join strategy of a local-join node.
+pub fn join_strategy(eg: &TraEGraph, node: &Ia) -> Option<JoinStrategy> {
+    let Ia::LJoin([_, _, _, a, b]) = node else { return None };
+    let placement = |id: Id| eg[id].data.phys().map(|p| p.placement.clone());
+    let (pa, pb) = (placement(*a), placement(*b));
+    let rep = Some(Placement::Replicated);
+    Some(match (pa == rep, pb == rep) {
+        (true, true) => JoinStrategy::BroadcastBoth,
+        (true, false) => JoinStrategy::BroadcastLeft,
+        (false, true) => JoinStrategy::BroadcastRight,
+        _ if replicated_by_key_map(eg, *a) || replicated_by_key_map(eg, *b) => JoinStrategy::Replicated,
+        _ => JoinStrategy::CoPartitioned,
+    })
+}
+
+/// A P class that is a shuffle of a relation replicated by a key map (fanout > 1).
+fn replicated_by_key_map(eg: &TraEGraph, p: Id) -> bool {
+    eg[p].nodes.iter().any(|n| match n {
+        Ia::Shuffle([_, l]) => eg[*l].nodes.iter().any(|m| match m {
+            Ia::Erase(q) => eg[*q].nodes.iter().any(|k| match k {
+                Ia::LMap([f, _, _]) => matches!(eg[*f].data.param(), Some(Param::Key(k)) if k.fanout() > 1),
+                _ => false,
+            }),
+            _ => false,
+        }),
+        _ => false,
+    })
+}
+
+fn strategy_of(eg: &TraEGraph, plan: &ExtractedPlan) -> Vec<JoinStrategy> {
+    plan.expr
+        .as_ref()
+        .iter()
+        .zip(&plan.classes)
+        .filter_map(|(n, c)| {
+            let n = n.clone().map_children(|x| plan.classes[usize::from(x)]);
+            let _ = c;
+            join_strategy(eg, &n)
+        })
+        .collect()
+}
+
+fn label(eg: &TraEGraph, plan: &ExtractedPlan, strategy: &[JoinStrategy]) -> String {
+    let joins: Vec<&Ia> = plan.expr.as_ref().iter().filter(|n| matches!(n, Ia::LJoin(_))).collect();
+    if let ([Ia::LJoin([_, _, k, _, _])], [s]) = (joins.as_slice(), strategy) {
+        let kernel = &plan.expr[*k];
+        let is_matmul = matches!(kernel, Ia::Param(Param::Kernel(k)) if k.to_string() == "matMul");
+        let _ = eg;
+        if is_matmul {
+            return match s {
+                JoinStrategy::BroadcastLeft => "broadcast matmul (BMM), left operand broadcast".into(),
+                JoinStrategy::BroadcastRight => "broadcast matmul (BMM), right operand broadcast".into(),
+                JoinStrategy::BroadcastBoth => "matmul with both operands replicated".into(),
+                JoinStrategy::CoPartitioned => "cross-product matmul (CMM)".into(),
+                JoinStrategy::Replicated => "replication-based matmul (RMM, 3D)".into(),
+            };
+        }
+    }
+    if strategy.is_empty() {
+        return "plan without joins".into();
+    }
+    let words: Vec<&str> = strategy.iter().map(|s| s.words()).collect();
+    format!("joins: {}", words.join(", "))
+}
+
+/// Optimize a TRA program with the given rules.
+pub fn optimize(p: &Program, rules: &[RuleDef], limits: &Limits) -> Result<OptimizeAnswer, OptimizeError> {
+    let start = Instant::now();
+    let typed = check_program(p)?;
+    let cluster = p.cluster();
+    let w = Weights { network: cluster.network_weight, compute: cluster.compute_weight };
+
+    let mut eg = TraEGraph::new(TraAnalysis::new(cluster.sites, p.inputs.clone()));
+    let roots = add_program(&mut eg, p, &typed.order);
+    let lowering: Vec<_> = rules.iter().filter(|r| r.lowering).flat_map(|r| r.rewrites.iter()).collect();
+    let all: Vec<_> = rules.iter().flat_map(|r| r.rewrites.iter()).collect();
+
+    let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let r1 = Runner::<Ia, TraAnalysis, ()>::new(TraAnalysis::new(cluster.sites, IndexMap::new()))
+            .with_egraph(eg)
+            .with_node_limit(limits.nodes)
+            .with_iter_limit(limits.iterations)
+            .with_time_limit(limits.time)
+            .run(lowering.iter().copied());
+        let mut iterations = r1.iterations.len();
+        let lower_stop = r1.stop_reason.clone();
+        let remaining = limits.time.saturating_sub(start.elapsed());
+        let r2 = Runner::<Ia, TraAnalysis, ()>::new(TraAnalysis::new(cluster.sites, IndexMap::new()))
+            .with_egraph(r1.egraph)
+            .with_node_limit(limits.nodes)
+            .with_iter_limit(limits.iterations)
+            .with_time_limit(remaining.max(Duration::from_millis(1)))
+            .run(all.iter().copied());
+        iterations += r2.iterations.len();
+        let stop = match lower_stop {
+            Some(StopReason::Saturated) | None => r2.stop_reason.clone(),
+            other => other,
+        };
+        (r2.egraph, iterations, stop)
+    }));
+    set_current_rule("program");
+    let (eg, iterations, stop) = run.map_err(|e| {
+        let msg = e
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_else(|| "a rule panicked".into());
+        OptimizeError::Internal(msg)
+    })?;
+
+    let roots: IndexMap<String, Id> = roots.into_iter().map(|(n, id)| (n, eg.find(id))).collect();
+    let stop_reason = stop_reason(&stop);
+
+    // The chosen plan, then the best plan under each join-strategy restriction.
+    let restrictions: [&[JoinStrategy]; 5] = [
+        &[],
+        &[JoinStrategy::BroadcastLeft, JoinStrategy::BroadcastBoth],
+        &[JoinStrategy::BroadcastRight, JoinStrategy::BroadcastBoth],
+        &[JoinStrategy::CoPartitioned, JoinStrategy::BroadcastBoth],
+        &[JoinStrategy::Replicated, JoinStrategy::BroadcastBoth],
+    ];
+    let mut alternatives: Vec<(Alternative, ExtractedPlan)> = Vec::new();
+    for allowed in restrictions {
+        let allow = |eg: &TraEGraph, _c: Id, n: &Ia| match join_strategy(eg, n) {
+            Some(s) => allowed.is_empty() || allowed.contains(&s),
+            None => true,
+        };
+        let choice = choose(&eg, w, &allow);
+        let extracted = match choice.plan(&eg, &roots) {
+            Ok(x) => x,
+            Err(output) if allowed.is_empty() => {
+                return Err(OptimizeError::Limit(format!(
+                    "saturation stopped ({stop_reason}) before output `{output}` had an executable plan; raise the limits"
+                )))
+            }
+            Err(_) => continue,
+        };
+        let strategy = strategy_of(&eg, &extracted);
+        if alternatives.iter().any(|(a, _)| a.strategy == strategy) {
+            continue;
+        }
+        let cost = plan_cost(&eg, &extracted, w);
+        let plan = extracted.to_plan(&p.inputs);
+        let label = label(&eg, &extracted, &strategy);
+        alternatives.push((Alternative { label, strategy, plan, cost }, extracted));
+    }
+    alternatives.sort_by(|a, b| a.0.cost.key().partial_cmp(&b.0.cost.key()).unwrap_or(std::cmp::Ordering::Equal));
+    let (chosen, chosen_expr) = alternatives[0].clone();
+
+    let rules_applied = rules_applied(&eg, &chosen_expr);
+    Ok(OptimizeAnswer {
+        plan: chosen.plan.clone(),
+        cost: chosen.cost,
+        alternatives: alternatives.into_iter().map(|(a, _)| a).collect(),
+        rules_applied,
+        stats: Stats {
+            egraph_nodes: eg.total_number_of_nodes(),
+            egraph_classes: eg.number_of_classes(),
+            iterations,
+            stop_reason: stop_reason.to_string(),
+            optimize_ms: start.elapsed().as_secs_f64() * 1000.0,
+        },
+    })
+}
+
+/// The rules that first built the nodes of a plan, in plan order, without repeats.
+fn rules_applied(eg: &TraEGraph, plan: &ExtractedPlan) -> Vec<String> {
+    let mut canon: std::collections::HashMap<Ia, &'static str> = std::collections::HashMap::new();
+    for (n, r) in &eg.analysis.origins {
+        canon.entry(n.clone().map_children(|c| eg.find(c))).or_insert(r);
+    }
+    let mut out: Vec<String> = Vec::new();
+    for (n, _) in plan.expr.as_ref().iter().zip(&plan.classes) {
+        if matches!(n, Ia::Param(_)) {
+            continue;
+        }
+        let key = n.clone().map_children(|x| eg.find(plan.classes[usize::from(x)]));
+        if let Some(r) = canon.get(&key) {
+            if *r != "program" && !out.iter().any(|x| x == r) {
+                out.push(r.to_string());
+            }
+        }
+    }
+    out
+}
+
+impl From<&OptimizeError> for ProgramError {
+    fn from(e: &OptimizeError) -> ProgramError {
+        match e {
+            OptimizeError::Program(p) => p.clone(),
+            OptimizeError::Limit(m) => ProgramError::new(ErrorCode::LimitExceeded, "", m.clone()),
+            OptimizeError::Internal(m) => ProgramError::new(ErrorCode::LimitExceeded, "", m.clone()),
+        }
+    }
+}
