@@ -1,4 +1,5 @@
-//! Shared helpers of tra's test suites: small program builders.
+//! Shared helpers of tra's test suites: program builders and a random program generator.
+#![allow(missing_docs)]
 
 use tra_optimizer::Program;
 
@@ -24,3 +25,5 @@ pub fn matmul_program(i: u32, j: u32, k: u32, block: usize, sites: usize) -> Pro
     }}"#
     ))
 }
+
+pub mod gen;
