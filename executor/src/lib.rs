@@ -1,1 +1,5 @@
-//! placeholder
+//! tra's executor: block kernels and the reference interpreter.
+#![warn(missing_docs)]
+
+pub mod kernels;
+pub mod reference;
