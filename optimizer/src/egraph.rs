@@ -472,16 +472,27 @@ impl ExtractedPlan {
         let nodes_in = self.expr.as_ref();
         let mut names: HashMap<Id, String> = HashMap::new();
         let mut nodes: IndexMap<String, IaOp> = IndexMap::new();
-        // Output roots get the output names (an output used twice keeps the first).
+        // Output roots get the output names: the P node under the root's `erase`.
+        // An output whose node already carries another output's name gets an
+        // identity local map of its own (added after the walk).
+        let mut aliases: Vec<(String, Id)> = Vec::new();
         for (o, r) in &self.roots {
-            if let Ia::Input(n) = &nodes_in[usize::from(*r)] {
-                if let Ia::Param(Param::Name(nm)) = &nodes_in[usize::from(*n)] {
-                    if nm == o {
-                        continue;
-                    }
-                }
+            let mut r = *r;
+            while let Ia::Erase(x) = &nodes_in[usize::from(r)] {
+                r = *x;
             }
-            names.entry(*r).or_insert_with(|| o.clone());
+            if let Ia::Input(n) = &nodes_in[usize::from(r)] {
+                if matches!(&nodes_in[usize::from(*n)], Ia::Param(Param::Name(nm)) if nm == o) {
+                    continue;
+                }
+                aliases.push((o.clone(), r));
+                continue;
+            }
+            if names.contains_key(&r) {
+                aliases.push((o.clone(), r));
+            } else {
+                names.insert(r, o.clone());
+            }
         }
         let mut counter = 0usize;
         let prm = |id: Id| match &nodes_in[usize::from(id)] {
@@ -553,6 +564,9 @@ impl ExtractedPlan {
             });
             names.insert(id, name.clone());
             nodes.insert(name, op);
+        }
+        for (o, r) in aliases {
+            nodes.insert(o, IaOp::LocalMap { input: names[&r].clone(), key: None, kernel: None });
         }
         Plan { inputs: inputs.clone(), nodes, outputs: self.roots.keys().cloned().collect() }
     }

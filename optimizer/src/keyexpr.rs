@@ -1478,9 +1478,22 @@ impl Predicate {
         if other.is_always() {
             return self.clone();
         }
-        Predicate {
-            expr: mk_and(vec![self.expr.clone(), other.expr.clone()]),
+        // Idempotent: conjuncts already present are not repeated, so that
+        // merging a filter with an equal one (R1-1) cannot grow forever.
+        let mut items = match mk_and(vec![self.expr.clone()]) {
+            PredExpr::And(v) => v,
+            e => vec![e],
+        };
+        let others = match mk_and(vec![other.expr.clone()]) {
+            PredExpr::And(v) => v,
+            e => vec![e],
+        };
+        for o in others {
+            if !items.contains(&o) {
+                items.push(o);
+            }
         }
+        Predicate { expr: mk_and(items) }
     }
     /// Rename every `ki` to `k{f(i)}`.
     pub fn remap(&self, f: &dyn Fn(usize) -> usize) -> Predicate {

@@ -382,7 +382,10 @@ pub fn join(l: &RelType, r: &RelType, lk: &[usize], rk: &[usize], kernel: &Kerne
             }
         }
     }
-    Ok(RelType { frontier, ..RelType::from_keys(l.key_arity() + rest.len(), out, bounds) })
+    // The frontier of a relation with holes is that of the keys it really has
+    // (max + 1), so that every way of computing a relation gives one type.
+    let _ = frontier;
+    Ok(RelType::from_keys(l.key_arity() + rest.len(), out, bounds))
 }
 
 /// Aggregation: output key = the group-by dims, in order.
@@ -415,7 +418,8 @@ pub fn aggregate(x: &RelType, group_by: &[usize], kernel: &KernelRef) -> TResult
         return Ok(RelType::dense(frontier, bounds));
     }
     let keys: Vec<Key> = x.key_list()?.iter().map(|k| group_by.iter().map(|&d| k[d]).collect()).collect();
-    Ok(RelType { frontier, ..RelType::from_keys(group_by.len(), keys, bounds) })
+    let _ = frontier;
+    Ok(RelType::from_keys(group_by.len(), keys, bounds))
 }
 
 fn concat_bounds(x: &RelType, kd: usize, ad: usize, group_by: Option<&[usize]>) -> TResult<Vec<usize>> {
@@ -698,14 +702,21 @@ pub fn local_join(
 /// are not all group-by dims, the result is a partial aggregate whose exact
 /// tuple count is found by evaluating the placement function.
 pub fn local_aggregate(x: &PhysType, group_by: &[usize], kernel: &KernelRef, sites: usize) -> TResult<PhysType> {
-    partial_input("local_aggregate", x)?;
     let rel = aggregate(&x.rel, group_by, kernel)?;
-    match &x.placement {
-        Placement::Replicated => Ok(PhysType::complete(rel, Placement::Replicated)),
+    let whole_groups = match &x.placement {
+        Placement::Replicated => Some(Placement::Replicated),
         Placement::Hash(d) if d.iter().all(|a| group_by.contains(a)) => {
-            let pos = d.iter().map(|a| group_by.iter().position(|g| g == a).unwrap()).collect();
-            Ok(PhysType::complete(rel, Placement::Hash(pos)))
+            Some(Placement::Hash(d.iter().map(|a| group_by.iter().position(|g| g == a).unwrap()).collect()))
         }
+        _ => None,
+    };
+    if let Some(placement) = whole_groups {
+        // Every group is whole on one site (or on every site): the result is
+        // complete, even over a shuffled partial aggregate (the second phase).
+        return Ok(PhysType::complete(rel, placement));
+    }
+    partial_input("local_aggregate", x)?;
+    match &x.placement {
         Placement::Hash(d) => {
             if concat_params(kernel).is_some() {
                 return Err(TypeError::new(
@@ -723,7 +734,7 @@ pub fn local_aggregate(x: &PhysType, group_by: &[usize], kernel: &KernelRef, sit
             let complete = tuples == rel.tuples();
             Ok(PhysType { rel, placement: Placement::Any, complete, tuples })
         }
-        Placement::Any => Err(TypeError::new(
+        _ => Err(TypeError::new(
             ErrorCode::BadField,
             None,
             "the input's placement is unknown, so a local aggregation's result would depend on the layout; shuffle it on the group-by dims first",
