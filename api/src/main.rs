@@ -5,7 +5,9 @@ use std::io::Read;
 use std::process::ExitCode;
 use tra_optimizer::check::{check_plan, check_program};
 use tra_optimizer::compile::compile;
-use tra_optimizer::{ProgramError, Program};
+use tra_optimizer::cost::{plan_report, Weights};
+use tra_optimizer::optimize::{optimize, Limits, OptimizeError};
+use tra_optimizer::{Cluster, Program, ProgramError};
 
 #[derive(Parser)]
 #[command(name = "tra", version, about = "Optimize tensor relational algebra programs for distributed execution")]
@@ -18,6 +20,8 @@ struct Cli {
 enum Format {
     Json,
     Text,
+    /// Graphviz (only for `optimize`).
+    Dot,
 }
 
 #[derive(Subcommand)]
@@ -36,6 +40,51 @@ enum Command {
         file: String,
         /// Output format: the API's plan JSON, or s-expressions.
         #[arg(long, value_enum, default_value = "json")]
+        format: Format,
+    },
+    /// Optimize a program: the cheapest plan, the alternatives, the rules that built it.
+    Optimize {
+        /// The program (JSON); `-` reads standard input.
+        file: String,
+        /// Output format: the API's answer as JSON, the plan as s-expressions with
+        /// costs, or Graphviz.
+        #[arg(long, value_enum, default_value = "json")]
+        format: Format,
+        /// Override the program's `cluster.sites`.
+        #[arg(long)]
+        sites: Option<usize>,
+        /// Most e-graph nodes.
+        #[arg(long, default_value_t = 200_000)]
+        max_nodes: usize,
+        /// Most saturation time, in milliseconds.
+        #[arg(long, default_value_t = 10_000)]
+        max_ms: u64,
+    },
+    /// Serve the HTTP API and the web page (loopback unless told otherwise).
+    Serve {
+        /// Address to listen on.
+        #[arg(long, default_value = "127.0.0.1:8080")]
+        addr: std::net::SocketAddr,
+        /// Largest request body, in bytes.
+        #[arg(long, default_value_t = 4 << 20)]
+        max_body_bytes: usize,
+        /// Most e-graph nodes per optimization.
+        #[arg(long, default_value_t = 100_000)]
+        max_egraph_nodes: usize,
+        /// Most optimization time per request, in milliseconds.
+        #[arg(long, default_value_t = 10_000)]
+        optimize_ms: u64,
+        /// Most floats of data one `/v1/execute` may hold.
+        #[arg(long, default_value_t = 50_000_000)]
+        max_execute_floats: u64,
+        /// Most executions at once (more wait).
+        #[arg(long, default_value_t = 2)]
+        max_concurrent_executions: usize,
+    },
+    /// List every rewrite rule with its name, equation and condition.
+    Rules {
+        /// Output format.
+        #[arg(long, value_enum, default_value = "text")]
         format: Format,
     },
 }
@@ -64,6 +113,27 @@ fn load(file: &str) -> Result<Program, String> {
 
 fn run(cli: Cli) -> Result<(), String> {
     match cli.command {
+        Command::Optimize { file, format, sites, max_nodes, max_ms } => {
+            let limits = Limits { nodes: max_nodes, time: std::time::Duration::from_millis(max_ms), ..Limits::default() };
+            optimize_cmd(&file, format, sites, limits)
+        }
+        Command::Rules { format } => rules_cmd(format),
+        Command::Serve { addr, max_body_bytes, max_egraph_nodes, optimize_ms, max_execute_floats, max_concurrent_executions } => {
+            let config = tra_api::server::ServerConfig {
+                addr,
+                max_body_bytes,
+                max_egraph_nodes,
+                optimize_time: std::time::Duration::from_millis(optimize_ms),
+                max_execute_floats,
+                max_concurrent_executions,
+                ..Default::default()
+            };
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()
+                .map_err(|e| format!("cannot start the async runtime: {e}"))?;
+            rt.block_on(tra_api::server::serve(config)).map_err(|e| format!("error: cannot serve on {addr}: {e}"))
+        }
         Command::Check { file, format } => {
             let p = load(&file)?;
             let typed = check_program(&p).map_err(|e| report(&e))?;
@@ -106,11 +176,100 @@ fn run(cli: Cli) -> Result<(), String> {
             check_plan(&plan, p.cluster().sites).map_err(|e| format!("internal error: {}", report(&e)))?;
             match format {
                 Format::Json => println!("{}", serde_json::to_string_pretty(&plan).unwrap()),
-                Format::Text => println!("{}", plan.to_sexpr()),
+                _ => println!("{}", plan.to_sexpr()),
             }
             Ok(())
         }
     }
+}
+
+fn optimize_cmd(file: &str, format: Format, sites: Option<usize>, limits: Limits) -> Result<(), String> {
+    let mut p = load(file)?;
+    if let Some(s) = sites {
+        p.cluster = Some(Cluster { sites: s, ..p.cluster() });
+    }
+    let rules = tra_rules::all();
+    let answer = optimize(&p, &rules, &limits).map_err(|e| match e {
+        OptimizeError::Program(e) => report(&e),
+        other => format!("error: {other}"),
+    })?;
+    match format {
+        Format::Json => println!("{}", serde_json::to_string_pretty(&answer).unwrap()),
+        Format::Text | Format::Dot => {
+            let cluster = p.cluster();
+            let w = Weights { network: cluster.network_weight, compute: cluster.compute_weight };
+            let typed = check_plan(&answer.plan, cluster.sites).map_err(|e| format!("internal error: {}", report(&e)))?;
+            let report = plan_report(&answer.plan, &typed, cluster.sites, w);
+            if format == Format::Dot {
+                println!("{}", to_dot(&answer.plan, &report));
+                return Ok(());
+            }
+            println!("{}", answer.plan.to_sexpr());
+            println!();
+            println!("{:<16} {:<16} {:>16} {:>20} {:<14}", "NODE", "OP", "NETWORK FLOATS", "FLOPS", "PLACEMENT");
+            for (name, r) in &report {
+                println!("{:<16} {:<16} {:>16} {:>20} {:<14}", name, r.op, r.network_floats, r.flops, r.placement);
+            }
+            println!();
+            println!(
+                "cost: {} network floats, {} flops, total {}",
+                answer.cost.network_floats, answer.cost.flops, answer.cost.total
+            );
+            println!("rules applied: {}", answer.rules_applied.join(", "));
+            println!("alternatives:");
+            for a in &answer.alternatives {
+                println!("  {:>16} network floats  {}", a.cost.network_floats, a.label);
+            }
+            let st = &answer.stats;
+            println!(
+                "e-graph: {} nodes, {} classes, {} iterations, {}, {:.1} ms",
+                st.egraph_nodes, st.egraph_classes, st.iterations, st.stop_reason, st.optimize_ms
+            );
+        }
+    }
+    Ok(())
+}
+
+fn to_dot(plan: &tra_optimizer::Plan, report: &indexmap::IndexMap<String, tra_optimizer::cost::NodeReport>) -> String {
+    use tra_optimizer::program::Operator;
+    let max = report.values().map(|r| r.total).fold(0.0f64, f64::max);
+    let mut s = String::from("digraph plan {\n  rankdir=BT;\n  node [shape=box, fontname=\"monospace\"];\n");
+    for name in plan.inputs.keys() {
+        s.push_str(&format!("  \"{name}\" [shape=ellipse];\n"));
+    }
+    for (name, op) in &plan.nodes {
+        let r = &report[name];
+        let hot = if max > 0.0 && r.total == max { ", style=filled, fillcolor=\"#f4cccc\"" } else { "" };
+        s.push_str(&format!(
+            "  \"{name}\" [label=\"{name}: {}\\n{:?} x {:?}\\nnet {} flops {}\"{hot}];\n",
+            tra_optimizer::program::sexpr::ia_head(op).replace('"', "'"),
+            r.key_bounds,
+            r.array_bounds,
+            r.network_floats,
+            r.flops
+        ));
+        for o in op.operands() {
+            s.push_str(&format!("  \"{o}\" -> \"{name}\";\n"));
+        }
+    }
+    s.push('}');
+    s
+}
+
+fn rules_cmd(format: Format) -> Result<(), String> {
+    let rules = tra_rules::all();
+    if format == Format::Json {
+        let rows: Vec<serde_json::Value> = rules
+            .iter()
+            .map(|r| serde_json::json!({"name": r.name, "family": r.family, "equation": r.equation, "condition": r.condition}))
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&rows).unwrap());
+    } else {
+        for r in &rules {
+            println!("{} ({})\n  {}\n  if: {}\n", r.name, r.family, r.equation, r.condition);
+        }
+    }
+    Ok(())
 }
 
 fn main() -> ExitCode {

@@ -28,7 +28,9 @@ use crate::program::{IaOp, InputDecl, Plan, Program, TraOp};
 use crate::types::{self, PhysType, Placement, RelType, TypeError};
 use egg::{Analysis, DidMerge, EGraph, Id, Language, RecExpr};
 use indexmap::IndexMap;
+use std::any::Any;
 use std::cell::RefCell;
+use std::sync::Arc;
 use std::collections::HashMap;
 use std::fmt;
 use std::str::FromStr;
@@ -204,9 +206,24 @@ pub fn current_rule() -> &'static str {
     CURRENT_RULE.with(|c| *c.borrow())
 }
 
+/// A value computed by a [`ValueOracle`] for one class.
+pub type OracleValue = Arc<dyn Any + Send + Sync>;
+
+/// Evaluates every class on one small fixed input while the e-graph grows, so
+/// that a rule that merges two classes whose values differ is caught at once,
+/// naming the rule (Ruler's "cvec" idea). Used by the test suites; the
+/// optimizer runs without one.
+pub trait ValueOracle: Send + Sync {
+    /// The value of one e-node given its children's values (in order), or an
+    /// error (which is itself a finding: a node a rule built cannot run).
+    fn eval(&self, eg: &TraEGraph, node: &Ia, children: &[OracleValue]) -> Result<OracleValue, String>;
+    /// Whether two values of one class agree (`physical`: compare sites too).
+    fn same(&self, a: &OracleValue, b: &OracleValue, physical: bool) -> Result<(), String>;
+}
+
 /// The analysis: types every class, and remembers which rule first built
 /// each node.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct TraAnalysis {
     /// Number of sites.
     pub sites: usize,
@@ -214,12 +231,90 @@ pub struct TraAnalysis {
     pub inputs: IndexMap<String, InputDecl>,
     /// For each node as first added (children as they were then): the rule that added it.
     pub origins: IndexMap<Ia, &'static str>,
+    /// An optional value oracle (tests).
+    pub oracle: Option<Arc<dyn ValueOracle>>,
+    /// The oracle's value of each class.
+    pub values: HashMap<Id, OracleValue>,
+}
+
+impl fmt::Debug for TraAnalysis {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TraAnalysis").field("sites", &self.sites).field("inputs", &self.inputs).finish()
+    }
 }
 
 impl TraAnalysis {
     /// An analysis for programs over these inputs on `sites` sites.
     pub fn new(sites: usize, inputs: IndexMap<String, InputDecl>) -> Self {
-        TraAnalysis { sites, inputs, origins: IndexMap::new() }
+        TraAnalysis { sites, inputs, origins: IndexMap::new(), oracle: None, values: HashMap::new() }
+    }
+
+    /// The same, checking every class's members against a value oracle.
+    pub fn with_oracle(sites: usize, inputs: IndexMap<String, InputDecl>, oracle: Arc<dyn ValueOracle>) -> Self {
+        TraAnalysis { oracle: Some(oracle), ..TraAnalysis::new(sites, inputs) }
+    }
+}
+
+/// The rule that first built a node (for reports).
+fn origin_of(eg: &TraEGraph, node: &Ia) -> &'static str {
+    let canon = node.clone().map_children(|c| eg.find(c));
+    eg.analysis
+        .origins
+        .iter()
+        .find(|(n, _)| (*n).clone().map_children(|c| eg.find(c)) == canon)
+        .map(|(_, r)| *r)
+        .unwrap_or("program")
+}
+
+/// Evaluate every member of a class with the oracle and check they agree.
+fn check_class_values(eg: &mut TraEGraph, id: Id) {
+    let Some(oracle) = eg.analysis.oracle.clone() else { return };
+    let id = eg.find(id);
+    let physical = matches!(eg[id].data, ClassData::P(_));
+    if matches!(eg[id].data, ClassData::Param(_)) {
+        return;
+    }
+    let nodes = eg[id].nodes.clone();
+    let mut first: Option<(OracleValue, Ia)> = eg.analysis.values.get(&id).cloned().map(|v| (v, nodes[0].clone()));
+    for node in &nodes {
+        let children: Option<Vec<OracleValue>> = node
+            .children()
+            .iter()
+            .map(|c| {
+                let c = eg.find(*c);
+                if matches!(eg[c].data, ClassData::Param(_)) {
+                    Some(Arc::new(()) as OracleValue)
+                } else {
+                    eg.analysis.values.get(&c).cloned()
+                }
+            })
+            .collect();
+        let Some(children) = children else { continue };
+        let value = match oracle.eval(eg, node, &children) {
+            Ok(v) => v,
+            Err(e) => panic!(
+                "value check: node {} (built by rule {}) cannot be evaluated: {e}",
+                enode_string(eg, node),
+                origin_of(eg, node)
+            ),
+        };
+        match &first {
+            None => first = Some((value, node.clone())),
+            Some((v, n)) => {
+                if let Err(e) = oracle.same(v, &value, physical) {
+                    panic!(
+                        "value check: a class holds {} (rule {}) and {} (rule {}), whose values differ: {e}",
+                        enode_string(eg, n),
+                        origin_of(eg, n),
+                        enode_string(eg, node),
+                        origin_of(eg, node)
+                    );
+                }
+            }
+        }
+    }
+    if let Some((v, _)) = first {
+        eg.analysis.values.insert(id, v);
     }
 }
 
@@ -356,6 +451,10 @@ impl Analysis<Ia> for TraAnalysis {
         };
         egraph.analysis.origins.entry(enode.clone()).or_insert_with(current_rule);
         data
+    }
+
+    fn modify(egraph: &mut TraEGraph, id: Id) {
+        check_class_values(egraph, id);
     }
 
     fn merge(&mut self, a: &mut ClassData, b: ClassData) -> DidMerge {

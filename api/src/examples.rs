@@ -1,0 +1,93 @@
+//! The example programs built into the binary (`GET /v1/examples`), read from
+//! `examples/*.json` at compile time. To add one, add a line to [`SOURCES`].
+
+use serde_json::Value;
+
+/// `(name, description, program JSON)` of every built-in example, in the order
+/// `GET /v1/examples` lists them.
+pub const SOURCES: &[(&str, &str, &str)] = &[
+    (
+        "matmul",
+        "Distributed matrix multiply Z = X·Y of two 4000×4000 matrices cut into 4×4 blocks of \
+         1000×1000, X hash-partitioned on its row-block key, on 10 sites (the API example).",
+        include_str!("../../examples/matmul.json"),
+    ),
+    (
+        "matmul-common-large-dim",
+        "Matrix multiply with a common large dimension: X is 1×40 blocks, Y is 40×1 blocks of \
+         1000×1000. Cross-product matmul with two-phase aggregation should win.",
+        include_str!("../../examples/matmul-common-large-dim.json"),
+    ),
+    (
+        "matmul-two-large-dims",
+        "Matrix multiply with two large dimensions: X is 40×1 blocks, Y is 1×40 blocks of \
+         1000×1000. Broadcast matmul should win.",
+        include_str!("../../examples/matmul-two-large-dims.json"),
+    ),
+    (
+        "diag-x-plus-y",
+        "diag(X + Y) over 8×8 blocks of 500×500 (paper §5.2.1): the filter on the diagonal \
+         keys can move below the addition, so only the diagonal blocks are added and moved.",
+        include_str!("../../examples/diag-x-plus-y.json"),
+    ),
+];
+
+/// One built-in example.
+#[derive(Debug, Clone)]
+pub struct Example {
+    /// Its name, as `GET /v1/examples` keys it.
+    pub name: &'static str,
+    /// What it shows, in a sentence or two.
+    pub description: &'static str,
+    /// The TRA program.
+    pub program: Value,
+}
+
+/// Every built-in example, parsed. Panics if a built-in file is not JSON (a
+/// test checks they all parse and type-check).
+pub fn all() -> Vec<Example> {
+    SOURCES
+        .iter()
+        .map(|(name, description, json)| Example {
+            name,
+            description,
+            program: serde_json::from_str(json)
+                .unwrap_or_else(|e| panic!("built-in example {name} is not valid JSON: {e}")),
+        })
+        .collect()
+}
+
+/// The example called `name`.
+pub fn get(name: &str) -> Option<Example> {
+    all().into_iter().find(|e| e.name == name)
+}
+
+/// The body of `GET /v1/examples`: `{name: {description, program}}`.
+pub fn as_json() -> Value {
+    let mut map = serde_json::Map::new();
+    for e in all() {
+        map.insert(e.name.to_string(), serde_json::json!({"description": e.description, "program": e.program}));
+    }
+    Value::Object(map)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tra_optimizer::check::check_program;
+    use tra_optimizer::Program;
+
+    #[test]
+    fn every_example_parses_and_type_checks() {
+        let all = all();
+        assert_eq!(all.len(), SOURCES.len());
+        for e in &all {
+            let p = Program::from_value(&e.program).unwrap_or_else(|err| panic!("{}: {err:?}", e.name));
+            check_program(&p).unwrap_or_else(|err| panic!("{}: {err:?}", e.name));
+        }
+        let names: std::collections::HashSet<_> = all.iter().map(|e| e.name).collect();
+        assert_eq!(names.len(), all.len(), "example names are unique");
+        assert!(get("matmul").is_some());
+        assert_eq!(as_json().as_object().unwrap().len(), all.len());
+    }
+}

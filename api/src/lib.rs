@@ -1,0 +1,5 @@
+//! tra's HTTP service and the example programs built into it.
+
+pub mod examples;
+pub mod server;
+pub mod run;

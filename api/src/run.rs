@@ -1,0 +1,340 @@
+//! `tra run FILE --input NAME=FILE.npy … --output NAME=FILE.npy [--dense]
+//! [--sites N] [--dtype f32|f64]`: optimize a program, load its inputs from
+//! `.npy` files (either layout, API.md "Execution"), run the chosen plan on
+//! worker threads, write the outputs, and answer a JSON summary: timings per
+//! operator, floats moved per shuffle and broadcast, measured next to the
+//! optimizer's prediction.
+
+use std::collections::BTreeMap;
+use std::io::{IsTerminal, Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tra_executor::npy::{self, Layout};
+use tra_executor::threads::{Dtype, Elem, Progress, RunOptions, TRelation, ThreadRuntime};
+use tra_optimizer::check::check_plan;
+use tra_optimizer::cost::{plan_report, Weights};
+use tra_optimizer::optimize::{optimize, Limits, OptimizeError};
+use tra_optimizer::{Cluster, Program, ProgramError};
+
+/// Arguments of `tra run`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct RunArgs {
+    /// The program (JSON); `-` reads standard input.
+    pub file: String,
+    /// An input relation from a `.npy` file: `NAME=FILE.npy`, once per input.
+    /// The file holds either the relation (shape `key_bounds ++ array_bounds`)
+    /// or, when key arity equals block rank, the dense tensor.
+    #[arg(long = "input", value_name = "NAME=FILE.npy")]
+    pub inputs: Vec<String>,
+    /// Where to write an output: `NAME=FILE.npy`, once per output wanted.
+    #[arg(long = "output", value_name = "NAME=FILE.npy")]
+    pub outputs: Vec<String>,
+    /// Write outputs as dense tensors (shape `key_bounds[i] · array_bounds[i]`)
+    /// instead of the relation layout.
+    #[arg(long)]
+    pub dense: bool,
+    /// Override the program's `cluster.sites` (one worker thread per site).
+    #[arg(long)]
+    pub sites: Option<usize>,
+    /// Element type to compute in: `f32` or `f64`. Default: the inputs' type
+    /// (they must agree); other float files are converted.
+    #[arg(long, value_parser = ["f32", "f64"])]
+    pub dtype: Option<String>,
+    /// Kernel threads (default: one per core).
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Never draw a progress bar.
+    #[arg(long)]
+    pub no_progress: bool,
+}
+
+fn report(e: &ProgramError) -> String {
+    if e.at.is_empty() {
+        format!("error [{}]: {}", e.code.as_str(), e.message)
+    } else {
+        format!("error [{}] at {}: {}", e.code.as_str(), e.at, e.message)
+    }
+}
+
+fn read_program(file: &str) -> Result<Program, String> {
+    let text = if file == "-" {
+        let mut s = String::new();
+        std::io::stdin().read_to_string(&mut s).map_err(|e| format!("cannot read standard input: {e}"))?;
+        s
+    } else {
+        std::fs::read_to_string(file).map_err(|e| format!("cannot read {file}: {e}"))?
+    };
+    Program::from_json(&text).map_err(|e| report(&e))
+}
+
+/// `NAME=PATH` pairs, checked against the names allowed.
+fn pairs(flag: &str, items: &[String], allowed: &[String], what: &str) -> Result<BTreeMap<String, PathBuf>, String> {
+    let mut out = BTreeMap::new();
+    for item in items {
+        let (name, path) = item
+            .split_once('=')
+            .filter(|(n, p)| !n.is_empty() && !p.is_empty())
+            .ok_or_else(|| format!("--{flag} {item:?}: expected NAME=FILE.npy"))?;
+        if !allowed.iter().any(|a| a == name) {
+            return Err(format!(
+                "--{flag} {name}={path}: the program has no {what} `{name}` (its {what}s: {})",
+                allowed.join(", ")
+            ));
+        }
+        if out.insert(name.to_string(), PathBuf::from(path)).is_some() {
+            return Err(format!("--{flag} {name}: given twice"));
+        }
+    }
+    Ok(out)
+}
+
+/// Peak resident memory of this process, from `/proc/self/status` (Linux).
+pub fn peak_rss_bytes() -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = s.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}
+
+/// Run `tra run`; the answer is the JSON summary (pretty-printed).
+pub fn run_command(args: RunArgs) -> Result<String, String> {
+    let t_start = Instant::now();
+    let mut p = read_program(&args.file)?;
+    if let Some(s) = args.sites {
+        if s == 0 {
+            return Err("--sites must be at least 1".into());
+        }
+        p.cluster = Some(Cluster { sites: s, ..p.cluster() });
+    }
+    let input_names: Vec<String> = p.inputs.keys().cloned().collect();
+    let inputs = pairs("input", &args.inputs, &input_names, "input")?;
+    if let Some(missing) = input_names.iter().find(|n| !inputs.contains_key(*n)) {
+        return Err(format!(
+            "input `{missing}` has no data: pass --input {missing}=FILE.npy (the program's inputs: {})",
+            input_names.join(", ")
+        ));
+    }
+    let outputs = pairs("output", &args.outputs, &p.outputs, "output")?;
+    // Headers first, so that a missing or wrong file fails before any work.
+    let mut dtypes: BTreeMap<String, Dtype> = BTreeMap::new();
+    for (name, path) in &inputs {
+        let h = npy::read_file_header(path).map_err(|e| format!("input `{name}`: {e}"))?;
+        let d = h.dtype.float.ok_or_else(|| {
+            format!(
+                "input `{name}`: {}: holds {} values (dtype {:?}); tra reads float32 or float64",
+                path.display(),
+                h.dtype.numpy_name(),
+                h.dtype.descr
+            )
+        })?;
+        dtypes.insert(name.clone(), d);
+    }
+    let dtype = match &args.dtype {
+        Some(d) => Dtype::parse(d).ok_or_else(|| format!("--dtype {d}: expected f32 or f64"))?,
+        None => {
+            let mut distinct: Vec<Dtype> = dtypes.values().copied().collect();
+            distinct.dedup();
+            distinct.sort_by_key(|d| d.size());
+            distinct.dedup();
+            match distinct.as_slice() {
+                [] => Dtype::F64,
+                [d] => *d,
+                _ => {
+                    let list: Vec<String> = dtypes
+                        .iter()
+                        .map(|(n, d)| format!("{} is {}", inputs[n].display(), d.numpy_name()))
+                        .collect();
+                    return Err(format!(
+                        "the inputs have different dtypes ({}): pass --dtype f32 or --dtype f64 to convert them",
+                        list.join(", ")
+                    ));
+                }
+            }
+        }
+    };
+
+    let t_opt = Instant::now();
+    let answer = optimize(&p, &tra_rules::all(), &Limits::default()).map_err(|e| match e {
+        OptimizeError::Program(e) => report(&e),
+        other => format!("error: {other}"),
+    })?;
+    let optimize_ms = t_opt.elapsed().as_secs_f64() * 1e3;
+    let ctx = Ctx { p: &p, answer: &answer, inputs: &inputs, outputs: &outputs, args: &args, optimize_ms, t_start };
+    let summary = match dtype {
+        Dtype::F32 => run_typed::<f32>(&ctx)?,
+        Dtype::F64 => run_typed::<f64>(&ctx)?,
+    };
+    Ok(serde_json::to_string_pretty(&summary).expect("JSON"))
+}
+
+struct Ctx<'a> {
+    p: &'a Program,
+    answer: &'a tra_optimizer::optimize::OptimizeAnswer,
+    inputs: &'a BTreeMap<String, PathBuf>,
+    outputs: &'a BTreeMap<String, PathBuf>,
+    args: &'a RunArgs,
+    optimize_ms: f64,
+    t_start: Instant,
+}
+
+fn run_typed<T: Elem>(c: &Ctx<'_>) -> Result<serde_json::Value, String> {
+    use serde_json::json;
+    let cluster = c.p.cluster();
+    let sites = cluster.sites;
+    let plan = &c.answer.plan;
+    let typed = check_plan(plan, sites).map_err(|e| format!("internal error: the chosen plan does not check: {}", report(&e)))?;
+    let predicted = plan_report(plan, &typed, sites, Weights { network: cluster.network_weight, compute: cluster.compute_weight });
+    let rt: ThreadRuntime<T> = match c.args.threads {
+        Some(n) => ThreadRuntime::with_threads(n),
+        None => ThreadRuntime::new(),
+    };
+
+    // Inputs.
+    let t_load = Instant::now();
+    let mut data: BTreeMap<String, TRelation<T>> = BTreeMap::new();
+    let mut input_info = serde_json::Map::new();
+    for (name, path) in c.inputs {
+        let t = &typed.types[name];
+        let (rel, layout, file_dtype) = npy::read_relation::<T>(path, &t.rel.frontier, &t.rel.array_bounds, rt.pool())
+            .map_err(|e| format!("input `{name}`: {e}"))?;
+        input_info.insert(
+            name.clone(),
+            json!({"path": path.display().to_string(), "layout": layout, "dtype": file_dtype.name(),
+                   "key_bounds": t.rel.frontier, "array_bounds": t.rel.array_bounds, "tuples": rel.len()}),
+        );
+        data.insert(name.clone(), rel);
+    }
+    let load_ms = t_load.elapsed().as_secs_f64() * 1e3;
+
+    // Run, with a progress bar on a terminal once it takes more than a second.
+    let progress = Arc::new(Progress::default());
+    let total_flops: u64 = predicted.values().map(|r| r.flops).sum();
+    let done = Arc::new(AtomicBool::new(false));
+    let bar = (!c.args.no_progress && std::io::stderr().is_terminal()).then(|| {
+        let (progress, done) = (progress.clone(), done.clone());
+        let nodes = plan.nodes.len() as u64;
+        std::thread::spawn(move || progress_bar(&progress, &done, total_flops, nodes))
+    });
+    let opts = RunOptions { progress: Some(progress.clone()), ..RunOptions::default() };
+    let result = rt.run(plan, sites, &data, &opts);
+    done.store(true, Ordering::SeqCst);
+    if let Some(b) = bar {
+        let _ = b.join();
+    }
+    let run = result.map_err(|e| format!("error while running: {e}"))?;
+    drop(data);
+
+    // Outputs.
+    let t_write = Instant::now();
+    let layout = if c.args.dense { Layout::Dense } else { Layout::Relation };
+    let mut output_info = serde_json::Map::new();
+    for (name, value) in &run.outputs {
+        let rel = value.erase().map_err(|e| format!("output `{name}`: {e}"))?;
+        let t = &typed.types[name];
+        let (sum, abs) = rel.tuples.iter().flat_map(|(_, b)| b.as_slice().iter()).fold((0.0f64, 0.0f64), |(s, a), &x| {
+            let x = x.to_f64();
+            (s + x, a + x.abs())
+        });
+        let mut info = json!({
+            "key_bounds": t.rel.frontier, "array_bounds": t.rel.array_bounds, "tuples": rel.len(),
+            "checksum": {"sum": sum, "abs_sum": abs},
+        });
+        if let Some(path) = c.outputs.get(name) {
+            let holes = npy::write_relation(path, &rel, &t.rel.frontier, &t.rel.array_bounds, layout)
+                .map_err(|e| format!("output `{name}`: {e}"))?;
+            let shape = npy::layout_shape(layout, &t.rel.frontier, &t.rel.array_bounds);
+            info["path"] = json!(path.display().to_string());
+            info["layout"] = json!(layout);
+            info["shape"] = json!(shape);
+            if holes > 0 {
+                info["zero_filled_keys"] = json!(holes);
+            }
+        }
+        output_info.insert(name.clone(), info);
+    }
+    let write_ms = t_write.elapsed().as_secs_f64() * 1e3;
+
+    let operators: Vec<serde_json::Value> = run
+        .report
+        .nodes
+        .iter()
+        .map(|n| {
+            let mut v = serde_json::to_value(n).expect("JSON");
+            let pred = &predicted[&n.name];
+            if n.floats_moved.is_some() {
+                v["predicted_floats"] = json!(pred.network_floats);
+            }
+            v["predicted_flops"] = json!(pred.flops);
+            v["placement"] = json!(pred.placement);
+            v
+        })
+        .collect();
+    let measured = run.total_floats_moved();
+    let predicted_total = c.answer.cost.network_floats;
+    Ok(json!({
+        "program": c.args.file,
+        "sites": sites,
+        "threads": rt.threads(),
+        "dtype": T::DTYPE.name(),
+        "plan": plan.to_sexpr(),
+        "strategy": c.answer.alternatives.first().map(|a| a.label.clone()),
+        "network_floats_measured": measured,
+        "network_floats_predicted": predicted_total,
+        "floats_match": measured == predicted_total,
+        "flops_predicted": c.answer.cost.flops,
+        "timings_ms": {
+            "optimize": c.optimize_ms, "load": load_ms, "run": run.report.wall_ms, "write": write_ms,
+            "total": c.t_start.elapsed().as_secs_f64() * 1e3,
+        },
+        "operators": operators,
+        "inputs": input_info,
+        "outputs": output_info,
+        "pool": run.report.pool,
+        "peak_rss_bytes": peak_rss_bytes(),
+    }))
+}
+
+/// Draws a bar on standard error once the run has taken a second, until `done`.
+fn progress_bar(p: &Progress, done: &AtomicBool, total_flops: u64, nodes: u64) {
+    let start = Instant::now();
+    let mut drawn = false;
+    while !done.load(Ordering::SeqCst) {
+        std::thread::sleep(Duration::from_millis(100));
+        if start.elapsed() < Duration::from_secs(1) {
+            continue;
+        }
+        let frac = if total_flops > 0 {
+            p.flops_done.load(Ordering::Relaxed) as f64 / total_flops as f64
+        } else {
+            p.nodes_done.load(Ordering::Relaxed) as f64 / nodes.max(1) as f64
+        }
+        .clamp(0.0, 1.0);
+        const W: usize = 40;
+        let full = (frac * W as f64).round() as usize;
+        let line = format!(
+            "\r[{}{}] {:>3.0}%  {:.1}s  node {}/{}",
+            "#".repeat(full),
+            "-".repeat(W - full),
+            frac * 100.0,
+            start.elapsed().as_secs_f64(),
+            p.nodes_done.load(Ordering::Relaxed).min(nodes),
+            nodes
+        );
+        let mut err = std::io::stderr().lock();
+        let _ = err.write_all(line.as_bytes());
+        let _ = err.flush();
+        drawn = true;
+    }
+    if drawn {
+        let mut err = std::io::stderr().lock();
+        let _ = err.write_all(format!("\r{}\r", " ".repeat(80)).as_bytes());
+        let _ = err.flush();
+    }
+}
+
+/// For tests: whether a path exists (used in messages).
+pub fn exists(p: &Path) -> bool {
+    p.exists()
+}

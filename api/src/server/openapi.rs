@@ -1,0 +1,380 @@
+//! The machine-readable contract (`GET /openapi.json`): an OpenAPI 3.1
+//! document written in one place, mirroring `API.md`. A test checks that
+//! every route of [`super::ROUTES`] is in it.
+
+use super::ServerConfig;
+use serde_json::{json, Value};
+
+fn r(name: &str) -> Value {
+    json!({"$ref": format!("#/components/schemas/{name}")})
+}
+
+fn json_content(schema: Value) -> Value {
+    json!({"application/json": {"schema": schema}})
+}
+
+fn error_response(description: &str) -> Value {
+    json!({"description": description, "content": json_content(r("Error"))})
+}
+
+fn dims() -> Value {
+    json!({"type": "array", "items": {"type": "integer", "minimum": 0}})
+}
+
+fn bounds() -> Value {
+    json!({"type": "array", "items": {"type": "integer", "minimum": 1}})
+}
+
+fn name() -> Value {
+    json!({"type": "string", "description": "The name of an input or a node"})
+}
+
+fn op(op: &str, description: &str, fields: &[(&str, Value)]) -> Value {
+    let mut props = serde_json::Map::new();
+    props.insert("op".into(), json!({"const": op}));
+    let mut required = vec![json!("op")];
+    for (f, schema) in fields {
+        props.insert((*f).into(), schema.clone());
+        required.push(json!(f));
+    }
+    json!({"type": "object", "description": description, "properties": props, "required": required,
+           "additionalProperties": false})
+}
+
+fn optional(mut v: Value, fields: &[&str]) -> Value {
+    if let Some(req) = v.get_mut("required").and_then(|r| r.as_array_mut()) {
+        req.retain(|x| !fields.iter().any(|f| x == f));
+    }
+    v
+}
+
+/// The OpenAPI document, with this configuration's limits in the descriptions.
+pub fn document(config: &ServerConfig) -> Value {
+    let schemas = json!({
+        "Error": {
+            "type": "object",
+            "description": "Every error answer.",
+            "properties": {"error": {
+                "type": "object",
+                "properties": {
+                    "code": {"type": "string", "description":
+                        "bad_json (400), body_too_large / data_too_large (413), not_found (404), method_not_allowed (405), \
+                         unknown_input, unknown_kernel, unknown_op, cycle, bad_field, bad_bounds, bounds_mismatch, \
+                         dim_out_of_range, bad_expression, bad_key_map, bad_kernel_shape, unknown_output (422), \
+                         limit_exceeded (503), internal (500)"},
+                    "message": {"type": "string", "description": "What is wrong, in words"},
+                    "at": {"type": "string", "description": "The node, `node.field` or `data.INPUT` at fault; empty when the whole request is"}
+                },
+                "required": ["code", "message", "at"]
+            }},
+            "required": ["error"]
+        },
+        "Placement": {
+            "description": "How an input is laid out over the sites; `any` (the default) when absent.",
+            "oneOf": [
+                {"type": "object", "properties": {"hash": dims()}, "required": ["hash"], "additionalProperties": false},
+                {"const": "replicated"},
+                {"const": "any"}
+            ]
+        },
+        "InputDecl": {
+            "type": "object",
+            "properties": {
+                "key_bounds": bounds(),
+                "array_bounds": bounds(),
+                "placement": r("Placement")
+            },
+            "required": ["key_bounds", "array_bounds"],
+            "additionalProperties": false
+        },
+        "Kernel": {
+            "description": "A catalog name with optional arguments (`matMul`, `scale(0.01)`, `tile(1,2)`), or a composition.",
+            "oneOf": [
+                {"type": "string"},
+                {"type": "object", "properties": {"compose": {"type": "array", "items": r("Kernel"), "minItems": 2, "maxItems": 2,
+                 "description": "[outer, inner]"}}, "required": ["compose"], "additionalProperties": false}
+            ]
+        },
+        "KeyExpr": {"type": "string", "description": "A key expression, e.g. `[k0]`, `[2*k0 + k1]`, `[k0, k2]`"},
+        "Predicate": {"type": "string", "description": "A predicate over key components, e.g. `k0 == k1`"},
+        "TraOp": {
+            "oneOf": [
+                op("join", "Join on left_keys[i] == right_keys[i]", &[("left", name()), ("right", name()),
+                    ("left_keys", dims()), ("right_keys", dims()), ("kernel", r("Kernel"))]),
+                op("aggregate", "Group by group_by and fold with kernel", &[("input", name()), ("group_by", dims()), ("kernel", r("Kernel"))]),
+                op("rekey", "Map every key", &[("input", name()), ("key", r("KeyExpr"))]),
+                op("filter", "Keep the tuples whose key satisfies predicate", &[("input", name()), ("predicate", r("Predicate"))]),
+                op("transform", "Apply a unary kernel to every block", &[("input", name()), ("kernel", r("Kernel"))]),
+                op("tile", "Cut every block along dim into pieces of size", &[("input", name()),
+                    ("dim", json!({"type": "integer", "minimum": 0})), ("size", json!({"type": "integer", "minimum": 1}))]),
+                op("concat", "Inverse of tile", &[("input", name()),
+                    ("key_dim", json!({"type": "integer", "minimum": 0})), ("array_dim", json!({"type": "integer", "minimum": 0}))])
+            ],
+            "discriminator": {"propertyName": "op"}
+        },
+        "IaOp": {
+            "oneOf": [
+                op("broadcast", "Every tuple to every site", &[("input", name())]),
+                op("shuffle", "Every tuple to site h(key[dims])", &[("input", name()), ("dims", dims())]),
+                op("local_join", "Join of the tuples on the same site", &[("left", name()), ("right", name()),
+                    ("left_keys", dims()), ("right_keys", dims()), ("kernel", r("Kernel"))]),
+                op("local_aggregate", "Aggregation per site and group", &[("input", name()), ("group_by", dims()), ("kernel", r("Kernel"))]),
+                op("local_filter", "Filter on each site", &[("input", name()), ("predicate", r("Predicate"))]),
+                optional(op("local_map", "Map keys and blocks on each site (identity when absent)",
+                    &[("input", name()), ("key", r("KeyExpr")), ("kernel", r("Kernel"))]), &["key", "kernel"])
+            ],
+            "discriminator": {"propertyName": "op"}
+        },
+        "Cluster": {
+            "type": "object",
+            "properties": {
+                "sites": {"type": "integer", "minimum": 1, "default": 4},
+                "network_weight": {"type": "number", "default": 1, "description": "α in α·network_floats + β·flops"},
+                "compute_weight": {"type": "number", "default": 0, "description": "β in α·network_floats + β·flops"}
+            },
+            "additionalProperties": false
+        },
+        "Program": {
+            "type": "object",
+            "description": "A TRA program: a DAG of named nodes over named inputs.",
+            "properties": {
+                "inputs": {"type": "object", "additionalProperties": r("InputDecl")},
+                "nodes": {"type": "object", "additionalProperties": r("TraOp")},
+                "outputs": {"type": "array", "items": {"type": "string"}},
+                "cluster": r("Cluster")
+            },
+            "required": ["inputs", "nodes", "outputs"]
+        },
+        "Plan": {
+            "type": "object",
+            "description": "An IA plan; its output names are the request's.",
+            "properties": {
+                "inputs": {"type": "object", "additionalProperties": r("InputDecl")},
+                "nodes": {"type": "object", "additionalProperties": r("IaOp")},
+                "outputs": {"type": "array", "items": {"type": "string"}}
+            },
+            "required": ["inputs", "nodes", "outputs"]
+        },
+        "Cost": {
+            "type": "object",
+            "properties": {
+                "network_floats": {"type": "integer", "description": "Floats moved by shuffles and broadcasts"},
+                "flops": {"type": "integer"},
+                "total": {"type": "number", "description": "α·network_floats + β·flops"}
+            },
+            "required": ["network_floats", "flops", "total"]
+        },
+        "Alternative": {
+            "type": "object",
+            "properties": {
+                "label": {"type": "string", "description": "The strategy in words, e.g. `cross-product matmul (CMM)`"},
+                "strategy": {"type": "array", "items": {"type": "string", "enum":
+                    ["broadcast_left", "broadcast_right", "broadcast_both", "co_partitioned", "replicated"]},
+                    "description": "The join strategies of the plan, in plan order"},
+                "plan": r("Plan"),
+                "cost": r("Cost")
+            },
+            "required": ["label", "plan", "cost"]
+        },
+        "Stats": {
+            "type": "object",
+            "properties": {
+                "egraph_nodes": {"type": "integer"},
+                "egraph_classes": {"type": "integer"},
+                "iterations": {"type": "integer"},
+                "stop_reason": {"type": "string", "enum": ["saturated", "node_limit", "time_limit", "iteration_limit"]},
+                "optimize_ms": {"type": "number"}
+            },
+            "required": ["egraph_nodes", "egraph_classes", "iterations", "stop_reason", "optimize_ms"]
+        },
+        "OptimizeAnswer": {
+            "type": "object",
+            "properties": {
+                "plan": r("Plan"),
+                "cost": r("Cost"),
+                "alternatives": {"type": "array", "items": r("Alternative"),
+                    "description": "The best plan of each distinct strategy, cheapest first; alternatives[0] is the chosen plan"},
+                "rules_applied": {"type": "array", "items": {"type": "string"}},
+                "stats": r("Stats")
+            },
+            "required": ["plan", "cost", "alternatives", "rules_applied", "stats"]
+        },
+        "NestedArray": {
+            "description": "A tensor as nested JSON arrays of numbers, row-major",
+            "oneOf": [{"type": "number"}, {"type": "array", "items": r("NestedArray")}]
+        },
+        "InputData": {
+            "description": "The data of one input: random integers in [-3, 3] from a seeded generator, or given values: the \
+                            relation array of shape key_bounds ++ array_bounds, or (key arity == array rank) the dense \
+                            tensor of shape key_bounds[i]·array_bounds[i].",
+            "oneOf": [
+                {"type": "object", "properties": {"random": {"type": "object",
+                    "properties": {"seed": {"type": "integer", "minimum": 0, "default": 0}}}},
+                 "required": ["random"], "additionalProperties": false},
+                {"type": "object", "properties": {"dense": r("NestedArray")}, "required": ["dense"], "additionalProperties": false}
+            ]
+        },
+        "ExecuteRequest": {
+            "allOf": [r("Program"), {"type": "object", "properties": {"data": {"type": "object",
+                "additionalProperties": r("InputData"),
+                "description": "Per input; an input without an entry gets {\"random\": {\"seed\": 0}}"}}}]
+        },
+        "OutputValue": {
+            "type": "object",
+            "properties": {
+                "checksum": {"type": "number", "description": "The sum of all floats of the output"},
+                "key_bounds": bounds(),
+                "array_bounds": bounds(),
+                "tuples": {"type": "integer", "description": "Tuples present (fewer than the product of key_bounds when the relation has holes)"},
+                "floats": {"type": "integer"},
+                "layout": {"type": "string", "enum": ["dense", "relation"],
+                    "description": "The form of `data`: the dense tensor (key arity == array rank) or the relation array key_bounds ++ array_bounds"},
+                "data": {"$ref": "#/components/schemas/NestedArray",
+                    "description": "Present when the output holds at most 10,000 floats; holes are zero-filled"}
+            },
+            "required": ["checksum", "key_bounds", "array_bounds"]
+        },
+        "ExecuteAnswer": {
+            "type": "object",
+            "properties": {
+                "timings_ms": {"type": "object", "additionalProperties": {"type": "number"},
+                    "description": "Wall time of the execution (`total`)"},
+                "optimize_ms": {"type": "number"},
+                "network_floats_measured": {"type": "integer", "description": "Floats the interpreter moved"},
+                "network_floats_predicted": {"type": "integer", "description": "The cost model's network_floats of the chosen plan"},
+                "floats_moved": {"type": "object", "additionalProperties": {"type": "integer"},
+                    "description": "Floats moved per broadcast/shuffle node"},
+                "sites": {"type": "integer"},
+                "plan": r("Plan"),
+                "cost": r("Cost"),
+                "outputs": {"type": "object", "additionalProperties": r("OutputValue")}
+            },
+            "required": ["timings_ms", "network_floats_measured", "network_floats_predicted", "outputs"]
+        },
+        "Rule": {
+            "type": "object",
+            "properties": {
+                "name": {"type": "string", "description": "The paper's name, e.g. R2-6"},
+                "family": {"type": "string"},
+                "equation": {"type": "string"},
+                "condition": {"type": "string"},
+                "lowering": {"type": "boolean"},
+                "rewrites": {"type": "integer"}
+            },
+            "required": ["name", "family", "equation", "condition"]
+        },
+        "KernelInfo": {
+            "type": "object",
+            "properties": {
+                "name": {"type": "string"},
+                "arity": {"type": "integer"},
+                "params": {"type": "array", "items": {"type": "string"}},
+                "doc": {"type": "string"},
+                "assoc_comm": {"type": "boolean"},
+                "elementwise": {"type": "boolean"},
+                "distributes_over": {"type": "array", "items": {"type": "string"}}
+            },
+            "required": ["name", "arity", "params", "doc"]
+        },
+        "Example": {
+            "type": "object",
+            "properties": {"description": {"type": "string"}, "program": r("Program")},
+            "required": ["description", "program"]
+        }
+    });
+
+    let body_limit = format!("{} bytes", config.max_body_bytes);
+    let optimize_errors = json!({
+        "400": error_response("Unreadable request: not JSON (bad_json)"),
+        "413": error_response(&format!("Body larger than {body_limit} (body_too_large)")),
+        "422": error_response("A well-formed but wrong program: unknown input/kernel/op, cycle, bounds mismatch, bad key expression…"),
+        "503": error_response(&format!(
+            "A limit stopped the work before a plan existed (limit_exceeded): {} e-graph nodes, {} s",
+            config.max_egraph_nodes, config.optimize_time.as_secs_f64())),
+        "500": error_response("A bug in tra (internal)")
+    });
+    let mut execute_errors = optimize_errors.clone();
+    execute_errors["413"] = error_response(&format!(
+        "Body larger than {body_limit} (body_too_large), or inputs (or a relation of the program) larger than {} floats (data_too_large)",
+        config.max_execute_floats
+    ));
+
+    let get_json = |summary: &str, schema: Value| json!({"get": {"summary": summary, "responses": {"200": {"description": "OK", "content": json_content(schema)}}}});
+    let paths = json!({
+        "/": {"get": {"summary": "The web page", "responses": {"200": {"description": "HTML",
+            "content": {"text/html": {"schema": {"type": "string"}}}}}}},
+        "/healthz": get_json("Liveness", json!({"type": "object", "properties": {"status": {"const": "ok"}}, "required": ["status"]})),
+        "/openapi.json": get_json("This document", json!({"type": "object"})),
+        "/v1/rules": get_json("The rewrite rules", json!({"type": "array", "items": r("Rule")})),
+        "/v1/kernels": get_json("The kernel catalog", json!({"type": "array", "items": r("KernelInfo")})),
+        "/v1/examples": get_json("Example programs by name", json!({"type": "object", "additionalProperties": r("Example")})),
+        "/v1/optimize": {"post": {
+            "summary": "Optimize a TRA program",
+            "requestBody": {"required": true, "content": json_content(r("Program"))},
+            "responses": merge(json!({"200": {"description": "The chosen plan, its cost, the alternatives, rules and stats",
+                "content": json_content(r("OptimizeAnswer"))}}), optimize_errors)
+        }},
+        "/v1/execute": {"post": {
+            "summary": "Optimize a program and run the chosen plan on the reference interpreter",
+            "description": format!("At most {} executions run at once; others wait.", config.max_concurrent_executions),
+            "requestBody": {"required": true, "content": json_content(r("ExecuteRequest"))},
+            "responses": merge(json!({"200": {"description": "Timings, floats moved (measured and predicted), outputs",
+                "content": json_content(r("ExecuteAnswer"))}}), execute_errors)
+        }}
+    });
+
+    json!({
+        "openapi": "3.1.0",
+        "info": {
+            "title": "tra",
+            "version": env!("CARGO_PKG_VERSION"),
+            "description": "Optimize tensor relational algebra (TRA) programs into distributed implementation-algebra (IA) plans. \
+                            Every error is {\"error\": {\"code\", \"message\", \"at\"}}; unknown routes answer 404 and wrong \
+                            methods 405 in the same shape."
+        },
+        "paths": paths,
+        "components": {"schemas": schemas}
+    })
+}
+
+fn merge(mut a: Value, b: Value) -> Value {
+    if let (Some(a), Value::Object(b)) = (a.as_object_mut(), b) {
+        a.extend(b);
+    }
+    a
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every `$ref` points at a schema that exists.
+    #[test]
+    fn refs_resolve_and_routes_are_covered() {
+        let doc = document(&ServerConfig::default());
+        let schemas = doc["components"]["schemas"].as_object().unwrap();
+        fn refs(v: &Value, out: &mut Vec<String>) {
+            match v {
+                Value::Object(m) => {
+                    if let Some(Value::String(s)) = m.get("$ref") {
+                        out.push(s.clone());
+                    }
+                    m.values().for_each(|x| refs(x, out));
+                }
+                Value::Array(a) => a.iter().for_each(|x| refs(x, out)),
+                _ => {}
+            }
+        }
+        let mut all = Vec::new();
+        refs(&doc, &mut all);
+        assert!(!all.is_empty());
+        for r in all {
+            let name = r.strip_prefix("#/components/schemas/").unwrap();
+            assert!(schemas.contains_key(name), "dangling $ref {r}");
+        }
+        for (method, path, _) in super::super::ROUTES {
+            let m = method.to_ascii_lowercase();
+            assert!(doc["paths"][path][&m].is_object(), "route {method} {path} missing from the document");
+        }
+    }
+}

@@ -1,0 +1,595 @@
+//! The HTTP service end to end: a real server on 127.0.0.1 (port 0) and a
+//! small HTTP/1.1 client over a TCP stream.
+
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tra_api::server::{serve_on, ServerConfig, ROUTES};
+use tra_executor::reference::{random_relation, Relation};
+
+/// Start a server with this configuration; its address.
+async fn start(config: ServerConfig) -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { serve_on(listener, config).await.expect("serve") });
+    addr
+}
+
+struct Response {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+}
+
+impl Response {
+    fn json(&self) -> Value {
+        serde_json::from_slice(&self.body).unwrap_or_else(|e| {
+            panic!("status {}: body is not JSON ({e}): {}", self.status, String::from_utf8_lossy(&self.body))
+        })
+    }
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
+    }
+    /// The error object, after checking the status and the shape.
+    fn error(&self, status: u16) -> Value {
+        let v = self.json();
+        assert_eq!(self.status, status, "expected status {status}, got {}: {v}", self.status);
+        let e = &v["error"];
+        assert!(e["code"].is_string() && e["message"].is_string() && e["at"].is_string(), "not an error object: {v}");
+        assert!(!e["message"].as_str().unwrap().is_empty());
+        e.clone()
+    }
+}
+
+/// One HTTP/1.1 request on a fresh connection (`Connection: close`).
+async fn http(addr: SocketAddr, method: &str, path: &str, body: Option<&[u8]>) -> Response {
+    let mut stream = TcpStream::connect(addr).await.expect("connect");
+    let body = body.unwrap_or(b"");
+    let head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    // The server may answer (413) before reading the whole body: ignore write errors.
+    let _ = stream.write_all(head.as_bytes()).await;
+    let _ = stream.write_all(body).await;
+    let mut raw = Vec::new();
+    let mut buf = [0u8; 65536];
+    loop {
+        match tokio::time::timeout(Duration::from_secs(120), stream.read(&mut buf)).await.expect("response in time") {
+            Ok(0) => break,
+            Ok(n) => raw.extend_from_slice(&buf[..n]),
+            Err(_) if !raw.is_empty() => break,
+            Err(e) => panic!("read: {e}"),
+        }
+    }
+    let split = raw.windows(4).position(|w| w == b"\r\n\r\n").expect("end of headers");
+    let head = String::from_utf8_lossy(&raw[..split]).to_string();
+    let mut lines = head.split("\r\n");
+    let status: u16 = lines.next().unwrap().split(' ').nth(1).unwrap().parse().unwrap();
+    let headers: Vec<(String, String)> =
+        lines.filter_map(|l| l.split_once(':').map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))).collect();
+    let mut body = raw[split + 4..].to_vec();
+    let chunked = headers.iter().any(|(k, v)| k.eq_ignore_ascii_case("transfer-encoding") && v.contains("chunked"));
+    if chunked {
+        let mut out = Vec::new();
+        let mut rest = &body[..];
+        loop {
+            let eol = rest.windows(2).position(|w| w == b"\r\n").unwrap();
+            let size = usize::from_str_radix(std::str::from_utf8(&rest[..eol]).unwrap().trim(), 16).unwrap();
+            if size == 0 {
+                break;
+            }
+            out.extend_from_slice(&rest[eol + 2..eol + 2 + size]);
+            rest = &rest[eol + 2 + size + 2..];
+        }
+        body = out;
+    }
+    Response { status, headers, body }
+}
+
+async fn get(addr: SocketAddr, path: &str) -> Response {
+    http(addr, "GET", path, None).await
+}
+
+async fn post(addr: SocketAddr, path: &str, body: &Value) -> Response {
+    http(addr, "POST", path, Some(body.to_string().as_bytes())).await
+}
+
+fn api_example() -> Value {
+    json!({
+        "inputs": {
+            "X": {"key_bounds": [4, 4], "array_bounds": [1000, 1000], "placement": {"hash": [0]}},
+            "Y": {"key_bounds": [4, 4], "array_bounds": [1000, 1000]}
+        },
+        "nodes": {
+            "XY": {"op": "join", "left": "X", "right": "Y", "left_keys": [1], "right_keys": [0], "kernel": "matMul"},
+            "Z":  {"op": "aggregate", "input": "XY", "group_by": [0, 2], "kernel": "matAdd"}
+        },
+        "outputs": ["Z"],
+        "cluster": {"sites": 10}
+    })
+}
+
+/// A matmul of `kx` (key bounds of X), `ky` (of Y), blocks `b`×`b`, on `sites` sites.
+fn matmul(kx: [u32; 2], ky: [u32; 2], b: usize, sites: usize) -> Value {
+    json!({
+        "inputs": {
+            "X": {"key_bounds": kx, "array_bounds": [b, b]},
+            "Y": {"key_bounds": ky, "array_bounds": [b, b]}
+        },
+        "nodes": {
+            "XY": {"op": "join", "left": "X", "right": "Y", "left_keys": [1], "right_keys": [0], "kernel": "matMul"},
+            "Z":  {"op": "aggregate", "input": "XY", "group_by": [0, 2], "kernel": "matAdd"}
+        },
+        "outputs": ["Z"],
+        "cluster": {"sites": sites}
+    })
+}
+
+fn costs(alts: &Value) -> Vec<f64> {
+    alts.as_array().unwrap().iter().map(|a| a["cost"]["total"].as_f64().unwrap()).collect()
+}
+
+#[tokio::test]
+async fn healthz_and_index() {
+    let addr = start(ServerConfig::default()).await;
+    let r = get(addr, "/healthz").await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.json(), json!({"status": "ok"}));
+
+    let r = get(addr, "/").await;
+    assert_eq!(r.status, 200);
+    assert!(r.header("content-type").unwrap().starts_with("text/html"));
+    let page = String::from_utf8(r.body).unwrap();
+    assert!(page.contains("/v1/examples") && page.contains("/v1/optimize") && page.contains("<textarea"));
+}
+
+#[tokio::test]
+async fn optimize_the_api_example() {
+    let addr = start(ServerConfig::default()).await;
+    let r = post(addr, "/v1/optimize", &api_example()).await;
+    let v = r.json();
+    assert_eq!(r.status, 200, "{v}");
+    assert_eq!(v["plan"]["outputs"], json!(["Z"]));
+    assert!(v["plan"]["nodes"]["Z"].is_object(), "the output node keeps its name: {}", v["plan"]);
+    for f in ["network_floats", "flops", "total"] {
+        assert!(v["cost"][f].is_number(), "cost.{f}: {}", v["cost"]);
+    }
+    let alts = &v["alternatives"];
+    assert!(alts.as_array().unwrap().len() >= 2, "alternatives: {alts}");
+    let c = costs(alts);
+    assert!(c.windows(2).all(|w| w[0] <= w[1]), "alternatives not cheapest first: {c:?}");
+    assert_eq!(alts[0]["plan"], v["plan"], "the chosen plan is alternatives[0]");
+    for a in alts.as_array().unwrap() {
+        assert!(a["label"].is_string() && a["plan"]["nodes"].is_object());
+    }
+    assert!(v["rules_applied"].is_array());
+    let s = &v["stats"];
+    let stop = s["stop_reason"].as_str().expect("stop_reason");
+    assert!(["saturated", "node_limit", "time_limit", "iteration_limit"].contains(&stop), "{stop}");
+    for f in ["egraph_nodes", "egraph_classes", "iterations", "optimize_ms"] {
+        assert!(s[f].is_number(), "stats.{f}: {s}");
+    }
+    // The per-operator report covers every plan node and adds up to the cost.
+    let report = v["report"].as_object().expect("report");
+    let plan_nodes = v["plan"]["nodes"].as_object().unwrap();
+    assert_eq!(report.len(), plan_nodes.len());
+    let moved: u64 = report.values().map(|n| n["network_floats"].as_u64().unwrap()).sum();
+    assert_eq!(moved, v["cost"]["network_floats"].as_u64().unwrap());
+}
+
+#[tokio::test]
+async fn every_example_optimizes() {
+    let addr = start(ServerConfig::default()).await;
+    let examples = get(addr, "/v1/examples").await.json();
+    let examples = examples.as_object().unwrap();
+    for name in ["matmul", "matmul-common-large-dim", "matmul-two-large-dims", "diag-x-plus-y"] {
+        assert!(examples.contains_key(name), "example {name} missing: {:?}", examples.keys());
+    }
+    for (name, ex) in examples {
+        assert!(ex["description"].as_str().is_some_and(|d| !d.is_empty()), "{name}: description");
+        let r = post(addr, "/v1/optimize", &ex["program"]).await;
+        let v = r.json();
+        assert_eq!(r.status, 200, "{name}: {v}");
+        assert_eq!(v["plan"]["outputs"], ex["program"]["outputs"], "{name}");
+        let c = costs(&v["alternatives"]);
+        assert!(c.windows(2).all(|w| w[0] <= w[1]), "{name}: {c:?}");
+        // Which strategy wins is the optimizer's business (its own tests); here
+        // every matmul shape must at least offer several strategies.
+        if name.starts_with("matmul") {
+            assert!(c.len() >= 2, "{name}: only {} alternative(s)", c.len());
+        }
+    }
+}
+
+#[tokio::test]
+async fn every_error_class() {
+    let addr = start(ServerConfig::default()).await;
+
+    // 400: not JSON.
+    for body in [&b"{\"inputs\": "[..], b"not json", b""] {
+        let r = http(addr, "POST", "/v1/optimize", Some(body)).await;
+        assert_eq!(r.error(400)["code"], "bad_json");
+    }
+    // 400: JSON, but not an object.
+    let r = post(addr, "/v1/optimize", &json!([1, 2])).await;
+    assert_eq!(r.error(400)["code"], "bad_json");
+
+    // 422: well-formed JSON, wrong program.
+    let cases: Vec<(&str, Value, &str, &str)> = vec![
+        (
+            "unknown input",
+            {
+                let mut p = api_example();
+                p["nodes"]["XY"]["right"] = json!("W");
+                p
+            },
+            "unknown_input",
+            "XY",
+        ),
+        (
+            "unknown kernel",
+            {
+                let mut p = api_example();
+                p["nodes"]["XY"]["kernel"] = json!("matMull");
+                p
+            },
+            "unknown_kernel",
+            "XY",
+        ),
+        (
+            "unknown op",
+            {
+                let mut p = api_example();
+                p["nodes"]["XY"]["op"] = json!("crossjoin");
+                p
+            },
+            "unknown_op",
+            "XY",
+        ),
+        (
+            "cycle",
+            {
+                let mut p = api_example();
+                p["nodes"]["XY"]["left"] = json!("Z");
+                p
+            },
+            "cycle",
+            "",
+        ),
+        (
+            "join bounds mismatch",
+            {
+                let mut p = api_example();
+                p["inputs"]["Y"]["key_bounds"] = json!([3, 4]);
+                p
+            },
+            "bounds_mismatch",
+            "XY",
+        ),
+        (
+            "bad key expression",
+            json!({
+                "inputs": {"X": {"key_bounds": [4, 4], "array_bounds": [10, 10]}},
+                "nodes": {"R": {"op": "rekey", "input": "X", "key": "[k0 +* 2]"}},
+                "outputs": ["R"]
+            }),
+            "bad_expression",
+            "R",
+        ),
+        (
+            "bad predicate",
+            json!({
+                "inputs": {"X": {"key_bounds": [4, 4], "array_bounds": [10, 10]}},
+                "nodes": {"F": {"op": "filter", "input": "X", "predicate": "k0 === k1"}},
+                "outputs": ["F"]
+            }),
+            "bad_expression",
+            "F",
+        ),
+        (
+            "unknown output",
+            {
+                let mut p = api_example();
+                p["outputs"] = json!(["Q"]);
+                p
+            },
+            "unknown_output",
+            "",
+        ),
+        (
+            "missing field",
+            {
+                let mut p = api_example();
+                p.as_object_mut().unwrap().remove("nodes");
+                p
+            },
+            "bad_field",
+            "nodes",
+        ),
+    ];
+    for (what, program, code, at) in cases {
+        for route in ["/v1/optimize", "/v1/execute"] {
+            let r = post(addr, route, &program).await;
+            let e = r.error(422);
+            assert_eq!(e["code"], code, "{what} on {route}: {e}");
+            let got = e["at"].as_str().unwrap();
+            if at.is_empty() {
+                // The cycle names one of its nodes; an unknown output names the output list.
+                assert!(!got.is_empty() || code == "unknown_output", "{what}: `at` is empty: {e}");
+            } else {
+                assert!(got == at || got.starts_with(&format!("{at}.")), "{what}: at = {got}, expected {at}: {e}");
+            }
+        }
+    }
+
+    // 404 and 405, as JSON.
+    let r = get(addr, "/v2/nothing").await;
+    assert_eq!(r.error(404)["code"], "not_found");
+    let r = get(addr, "/v1/optimize").await;
+    assert_eq!(r.error(405)["code"], "method_not_allowed");
+    assert_eq!(r.header("allow"), Some("POST"));
+    let r = post(addr, "/v1/rules", &json!({})).await;
+    assert_eq!(r.error(405)["code"], "method_not_allowed");
+}
+
+#[tokio::test]
+async fn oversized_bodies_get_413_json() {
+    let addr = start(ServerConfig { max_body_bytes: 1024, ..ServerConfig::default() }).await;
+    let mut program = api_example();
+    program["padding"] = json!("x".repeat(3000));
+    for route in ["/v1/optimize", "/v1/execute"] {
+        let r = post(addr, route, &program).await;
+        let e = r.error(413);
+        assert_eq!(e["code"], "body_too_large");
+        assert!(e["message"].as_str().unwrap().contains("1024"), "the message names the limit: {e}");
+    }
+    // Under the limit, the same server answers.
+    assert_eq!(post(addr, "/v1/optimize", &api_example()).await.status, 200);
+}
+
+#[tokio::test]
+async fn limits_stop_work_with_503() {
+    // A long chain needs several lowering iterations; a tiny e-graph cannot hold it.
+    let mut nodes = serde_json::Map::new();
+    let mut prev = "X".to_string();
+    for i in 0..12 {
+        let name = format!("T{i}");
+        nodes.insert(name.clone(), json!({"op": "transform", "input": prev, "kernel": "relu"}));
+        prev = name;
+    }
+    nodes.insert("S".into(), json!({"op": "aggregate", "input": prev, "group_by": [0], "kernel": "matAdd"}));
+    let program = json!({
+        "inputs": {"X": {"key_bounds": [4, 4], "array_bounds": [10, 10]}},
+        "nodes": nodes,
+        "outputs": ["S"]
+    });
+    let addr = start(ServerConfig { max_egraph_nodes: 10, ..ServerConfig::default() }).await;
+    let r = post(addr, "/v1/optimize", &program).await;
+    let e = r.error(503);
+    assert_eq!(e["code"], "limit_exceeded");
+    assert!(e["message"].as_str().unwrap().contains("10 e-graph nodes"), "the message names the limit: {e}");
+}
+
+#[tokio::test]
+async fn rules_kernels_examples_openapi() {
+    let addr = start(ServerConfig::default()).await;
+
+    let rules = get(addr, "/v1/rules").await.json();
+    let rules = rules.as_array().expect("a list of rules");
+    for r in rules {
+        for f in ["name", "family", "equation", "condition"] {
+            assert!(r[f].is_string(), "rule field {f}: {r}");
+        }
+    }
+    let names: Vec<&str> = rules.iter().map(|r| r["name"].as_str().unwrap()).collect();
+    assert!(names.contains(&"R2-6"), "{names:?}");
+
+    let kernels = get(addr, "/v1/kernels").await.json();
+    let kernels = kernels.as_array().expect("a list of kernels");
+    let names: Vec<&str> = kernels.iter().map(|k| k["name"].as_str().unwrap()).collect();
+    for k in ["matMul", "matAdd", "elemMul", "diag", "transpose", "relu", "matVecSub", "minIndex"] {
+        assert!(names.contains(&k), "kernel {k} missing: {names:?}");
+    }
+    assert!(kernels.iter().all(|k| k["arity"].is_number() && k["doc"].is_string()));
+
+    let examples = get(addr, "/v1/examples").await.json();
+    let ex = examples.as_object().unwrap();
+    assert!(ex.contains_key("matmul"), "{:?}", ex.keys());
+    assert_eq!(ex["matmul"]["program"], api_example(), "the matmul example is API.md's");
+
+    let r = get(addr, "/openapi.json").await;
+    assert_eq!(r.status, 200);
+    let doc = r.json();
+    assert!(doc["openapi"].as_str().unwrap().starts_with("3."));
+    for (method, path, _) in ROUTES {
+        assert!(doc["paths"][path][method.to_ascii_lowercase()].is_object(), "{method} {path} not documented");
+    }
+    assert!(doc["components"]["schemas"]["Error"].is_object());
+}
+
+/// Dense matrix of a relation with 2-d keys and 2-d blocks.
+fn dense(r: &Relation, kb: [usize; 2], b: usize) -> Vec<Vec<f64>> {
+    let mut m = vec![vec![0.0; kb[1] * b]; kb[0] * b];
+    for (k, block) in &r.tuples {
+        for i in 0..b {
+            for j in 0..b {
+                m[k[0] as usize * b + i][k[1] as usize * b + j] = block[[i, j]];
+            }
+        }
+    }
+    m
+}
+
+fn matmul_dense(x: &[Vec<f64>], y: &[Vec<f64>]) -> Vec<Vec<f64>> {
+    let (n, m, p) = (x.len(), y.len(), y[0].len());
+    let mut z = vec![vec![0.0; p]; n];
+    for i in 0..n {
+        for k in 0..m {
+            for j in 0..p {
+                z[i][j] += x[i][k] * y[k][j];
+            }
+        }
+    }
+    z
+}
+
+fn as_matrix(v: &Value) -> Vec<Vec<f64>> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|row| row.as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect())
+        .collect()
+}
+
+#[tokio::test]
+async fn execute_random_matmul_measures_what_it_predicts() {
+    let addr = start(ServerConfig::default()).await;
+    let mut req = matmul([2, 2], [2, 2], 3, 3);
+    req["data"] = json!({"X": {"random": {"seed": 7}}, "Y": {"random": {"seed": 8}}});
+    let r = post(addr, "/v1/execute", &req).await;
+    let v = r.json();
+    assert_eq!(r.status, 200, "{v}");
+    let measured = v["network_floats_measured"].as_u64().unwrap();
+    let predicted = v["network_floats_predicted"].as_u64().unwrap();
+    assert_eq!(measured, predicted, "{v}");
+    assert!(predicted > 0);
+    assert!(v["timings_ms"]["total"].is_number());
+
+    // The expected output, from the same generator.
+    let x = dense(&random_relation(&[2, 2], &[3, 3], 7), [2, 2], 3);
+    let y = dense(&random_relation(&[2, 2], &[3, 3], 8), [2, 2], 3);
+    let z = matmul_dense(&x, &y);
+    let z_out = &v["outputs"]["Z"];
+    let expected_sum: f64 = z.iter().flatten().sum();
+    assert!((z_out["checksum"].as_f64().unwrap() - expected_sum).abs() < 1e-9, "{z_out}");
+    assert_eq!(z_out["key_bounds"], json!([2, 2]));
+    assert_eq!(z_out["array_bounds"], json!([3, 3]));
+    assert_eq!(as_matrix(&z_out["data"]), z);
+
+    // Same seeds, same answer; an input without data gets seed 0.
+    let r2 = post(addr, "/v1/execute", &req).await.json();
+    assert_eq!(r2["outputs"]["Z"]["checksum"], z_out["checksum"]);
+    let mut req0 = matmul([2, 2], [2, 2], 3, 3);
+    req0["data"] = json!({"X": {"random": {"seed": 0}}});
+    let v0 = post(addr, "/v1/execute", &req0).await.json();
+    let x0 = dense(&random_relation(&[2, 2], &[3, 3], 0), [2, 2], 3);
+    let expected0: f64 = matmul_dense(&x0, &x0).iter().flatten().sum();
+    assert!((v0["outputs"]["Z"]["checksum"].as_f64().unwrap() - expected0).abs() < 1e-9, "{v0}");
+}
+
+#[tokio::test]
+async fn execute_dense_data_matches_a_plain_matmul() {
+    let addr = start(ServerConfig::default()).await;
+    // X: 2×3 keys of 2×2 blocks (a 4×6 matrix); Y: 3×2 keys (6×4).
+    let x: Vec<Vec<f64>> = (0..4).map(|i| (0..6).map(|j| (i * 6 + j) as f64 - 7.0).collect()).collect();
+    let y: Vec<Vec<f64>> = (0..6).map(|i| (0..4).map(|j| ((i * 5 + j * 3) % 7) as f64 * 0.5).collect()).collect();
+    let z = matmul_dense(&x, &y);
+    let mut req = matmul([2, 3], [3, 2], 2, 4);
+    req["data"] = json!({"X": {"dense": x}, "Y": {"dense": y}});
+    let r = post(addr, "/v1/execute", &req).await;
+    let v = r.json();
+    assert_eq!(r.status, 200, "{v}");
+    assert_eq!(v["network_floats_measured"], v["network_floats_predicted"]);
+    let out = &v["outputs"]["Z"];
+    assert_eq!(out["layout"], "dense");
+    assert_eq!(as_matrix(&out["data"]), z);
+    let expected_sum: f64 = z.iter().flatten().sum();
+    assert!((out["checksum"].as_f64().unwrap() - expected_sum).abs() < 1e-9);
+
+    // The same data as relation arrays (key_bounds ++ array_bounds) gives the same answer.
+    let rel = |m: &Vec<Vec<f64>>, kb: [usize; 2]| -> Value {
+        let blocks: Vec<Vec<Vec<Vec<f64>>>> = (0..kb[0])
+            .map(|a| {
+                (0..kb[1])
+                    .map(|b| (0..2).map(|i| (0..2).map(|j| m[a * 2 + i][b * 2 + j]).collect()).collect())
+                    .collect()
+            })
+            .collect();
+        json!(blocks)
+    };
+    req["data"] = json!({"X": {"dense": rel(&x, [2, 3])}, "Y": {"dense": rel(&y, [3, 2])}});
+    let v2 = post(addr, "/v1/execute", &req).await.json();
+    assert_eq!(v2["outputs"]["Z"]["data"], out["data"], "{v2}");
+
+    // A vector output (diag of X+Y) comes back as a dense vector.
+    let diag = json!({
+        "inputs": {"X": {"key_bounds": [2, 2], "array_bounds": [2, 2]}, "Y": {"key_bounds": [2, 2], "array_bounds": [2, 2]}},
+        "nodes": {
+            "S": {"op": "join", "left": "X", "right": "Y", "left_keys": [0, 1], "right_keys": [0, 1], "kernel": "matAdd"},
+            "F": {"op": "filter", "input": "S", "predicate": "k0 == k1"},
+            "R": {"op": "rekey", "input": "F", "key": "[k0]"},
+            "D": {"op": "transform", "input": "R", "kernel": "diag"}
+        },
+        "outputs": ["D"],
+        "cluster": {"sites": 3},
+        "data": {"X": {"dense": x[..4].iter().map(|r| r[..4].to_vec()).collect::<Vec<_>>()},
+                 "Y": {"dense": y[..4].iter().map(|r| r[..4].to_vec()).collect::<Vec<_>>()}}
+    });
+    let r = post(addr, "/v1/execute", &diag).await;
+    let v = r.json();
+    assert_eq!(r.status, 200, "{v}");
+    let expected: Vec<f64> = (0..4).map(|i| x[i][i] + y[i][i]).collect();
+    let got: Vec<f64> = v["outputs"]["D"]["data"].as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect();
+    assert_eq!(got, expected);
+    assert_eq!(v["network_floats_measured"], v["network_floats_predicted"]);
+}
+
+#[tokio::test]
+async fn execute_refuses_bad_or_too_much_data() {
+    let addr = start(ServerConfig { max_execute_floats: 1000, ..ServerConfig::default() }).await;
+
+    // 2·(4·4·10·10) = 3200 floats of input > 1000.
+    let r = post(addr, "/v1/execute", &matmul([4, 4], [4, 4], 10, 4)).await;
+    let e = r.error(413);
+    assert_eq!(e["code"], "data_too_large");
+    assert!(e["message"].as_str().unwrap().contains("1000"), "{e}");
+
+    let mut req = matmul([2, 2], [2, 2], 2, 2);
+    req["data"] = json!({"X": {"dense": [[1, 2], [3, 4]]}});
+    let e = post(addr, "/v1/execute", &req).await.error(422);
+    assert_eq!(e["code"], "bounds_mismatch");
+    assert_eq!(e["at"], "data.X");
+
+    req["data"] = json!({"W": {"random": {"seed": 1}}});
+    let e = post(addr, "/v1/execute", &req).await.error(422);
+    assert_eq!(e["code"], "unknown_input");
+    assert_eq!(e["at"], "data.W");
+
+    req["data"] = json!({"X": {"dense": [[1, 2], [3]]}});
+    let e = post(addr, "/v1/execute", &req).await.error(422);
+    assert_eq!(e["code"], "bad_field");
+
+    req["data"] = json!({"X": {"zeros": true}});
+    let e = post(addr, "/v1/execute", &req).await.error(422);
+    assert_eq!(e["code"], "bad_field");
+    assert_eq!(e["at"], "data.X");
+}
+
+#[tokio::test]
+async fn concurrent_requests_are_served() {
+    let addr = start(ServerConfig { max_concurrent_executions: 1, ..ServerConfig::default() }).await;
+    let mut handles = Vec::new();
+    for seed in 0..4u64 {
+        handles.push(tokio::spawn(async move {
+            let mut req = matmul([2, 2], [2, 2], 3, 3);
+            req["data"] = json!({"X": {"random": {"seed": seed}}, "Y": {"random": {"seed": seed + 1}}});
+            let r = post(addr, "/v1/execute", &req).await;
+            assert_eq!(r.status, 200);
+            r.json()["outputs"]["Z"]["checksum"].as_f64().unwrap()
+        }));
+        handles.push(tokio::spawn(async move {
+            let r = post(addr, "/v1/optimize", &api_example()).await;
+            assert_eq!(r.status, 200);
+            0.0
+        }));
+    }
+    let mut sums = BTreeMap::new();
+    for (i, h) in handles.into_iter().enumerate() {
+        sums.insert(i, h.await.unwrap());
+    }
+    assert_eq!(sums.len(), 8);
+}
