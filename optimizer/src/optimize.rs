@@ -48,18 +48,6 @@ pub enum JoinStrategy {
     Replicated,
 }
 
-impl JoinStrategy {
-    fn words(self) -> &'static str {
-        match self {
-            JoinStrategy::BroadcastLeft => "broadcast left",
-            JoinStrategy::BroadcastRight => "broadcast right",
-            JoinStrategy::BroadcastBoth => "both replicated",
-            JoinStrategy::CoPartitioned => "co-partitioned",
-            JoinStrategy::Replicated => "replicated 3D",
-        }
-    }
-}
-
 /// The cost of a plan, as the API reports it.
 pub type PlanCost = Cost;
 
@@ -188,11 +176,59 @@ fn label(eg: &TraEGraph, plan: &ExtractedPlan, strategy: &[JoinStrategy]) -> Str
             };
         }
     }
-    if strategy.is_empty() {
-        return "plan without joins".into();
+    // Otherwise: which inputs the plan broadcasts and shuffles, in words.
+    // The input an exchanged relation comes from, through local filters and maps.
+    let name = |id: Id| {
+        let Ia::Erase(mut p) = plan.expr[id] else { return None };
+        let mut via = "";
+        loop {
+            match &plan.expr[p] {
+                Ia::LFilter([_, x]) => {
+                    via = "filtered ";
+                    p = *x;
+                }
+                Ia::LMap([_, _, x]) => {
+                    via = "mapped ";
+                    p = *x;
+                }
+                Ia::Input(n) => {
+                    return match &plan.expr[*n] {
+                        Ia::Param(Param::Name(n)) => Some(format!("{via}{n}")),
+                        _ => None,
+                    }
+                }
+                _ => return None,
+            }
+        }
+    };
+    let (mut bcast, mut shuf, mut inner) = (Vec::new(), Vec::new(), 0usize);
+    for n in plan.expr.as_ref() {
+        match n {
+            Ia::Broadcast(x) => match name(*x) {
+                Some(i) => bcast.push(i),
+                None => inner += 1,
+            },
+            Ia::Shuffle([d, x]) => match (name(*x), &plan.expr[*d]) {
+                (Some(i), Ia::Param(p)) => shuf.push(format!("{i} on {p}")),
+                _ => inner += 1,
+            },
+            _ => {}
+        }
     }
-    let words: Vec<&str> = strategy.iter().map(|s| s.words()).collect();
-    format!("joins: {}", words.join(", "))
+    let mut parts = Vec::new();
+    if !bcast.is_empty() {
+        parts.push(format!("broadcast {}", bcast.join(", ")));
+    }
+    if !shuf.is_empty() {
+        parts.push(format!("shuffle {}", shuf.join(", ")));
+    }
+    if inner > 0 {
+        parts.push(format!("{inner} exchange{} of intermediates", if inner == 1 { "" } else { "s" }));
+    }
+    if parts.is_empty() {
+        return "no data moved".into();
+    }
+    parts.join("; ")
 }
 
 /// Optimize a TRA program with the given rules.

@@ -1,0 +1,147 @@
+//! The workloads of the paper's evaluation: every one saturates, the chosen
+//! plan is the one the paper's evaluation says wins (000 §6, Tables 3, 5, 7,
+//! 8), and snapshots of the chosen plans (kept apart from soundness tests).
+
+use tra_optimizer::optimize::{optimize, Limits, OptimizeAnswer};
+use tra_optimizer::program::IaOp;
+use tra_optimizer::{Plan, Program};
+
+fn example(name: &str) -> Program {
+    let path = format!("{}/../examples/{name}.json", env!("CARGO_MANIFEST_DIR"));
+    Program::from_json(&std::fs::read_to_string(&path).unwrap()).unwrap()
+}
+
+fn run(name: &str) -> OptimizeAnswer {
+    let answer = optimize(&example(name), &tra_rules::all(), &Limits::default()).unwrap();
+    assert_eq!(answer.stats.stop_reason, "saturated", "{name}");
+    let costs: Vec<f64> = answer.alternatives.iter().map(|a| a.cost.total).collect();
+    assert!(costs.windows(2).all(|w| w[0] <= w[1]), "{name}: alternatives sorted by cost: {costs:?}");
+    assert_eq!(answer.plan, answer.alternatives[0].plan);
+    answer
+}
+
+/// Inputs the plan broadcasts, and inputs it shuffles.
+fn moved(plan: &Plan) -> (Vec<String>, Vec<String>) {
+    let (mut b, mut s) = (vec![], vec![]);
+    for op in plan.nodes.values() {
+        match op {
+            IaOp::Broadcast { input } if plan.inputs.contains_key(input) => b.push(input.clone()),
+            IaOp::Shuffle { input, .. } if plan.inputs.contains_key(input) => s.push(input.clone()),
+            _ => {}
+        }
+    }
+    (b, s)
+}
+
+fn snapshot(name: &str, a: &OptimizeAnswer) {
+    let mut text = a.plan.to_sexpr();
+    text.push_str(&format!("\n-- network floats {}, flops {}\n-- alternatives:\n", a.cost.network_floats, a.cost.flops));
+    for alt in &a.alternatives {
+        text.push_str(&format!("--   {:>14} {}\n", alt.cost.network_floats, alt.label));
+    }
+    insta::assert_snapshot!(name, text);
+}
+
+#[test]
+fn matmul_offers_bmm_cmm_and_rmm() {
+    let a = run("matmul");
+    for s in ["BMM", "CMM", "RMM"] {
+        assert!(a.alternatives.iter().any(|x| x.label.contains(s)), "matmul: no {s} alternative: {:?}",
+            a.alternatives.iter().map(|x| &x.label).collect::<Vec<_>>());
+    }
+    snapshot("matmul", &a);
+}
+
+#[test]
+fn common_large_dimension_chooses_cmm() {
+    let a = run("matmul-common-large-dim");
+    assert!(a.alternatives[0].label.contains("CMM"), "{}", a.alternatives[0].label);
+    snapshot("matmul-common-large-dim", &a);
+}
+
+#[test]
+fn two_large_dimensions_choose_bmm() {
+    let a = run("matmul-two-large-dims");
+    assert!(a.alternatives[0].label.contains("BMM"), "{}", a.alternatives[0].label);
+    snapshot("matmul-two-large-dims", &a);
+}
+
+#[test]
+fn diag_of_a_sum_pushes_the_filter_down_and_composes_diag_into_the_join() {
+    let a = run("diag-x-plus-y");
+    for r in ["R1-6", "R1-7"] {
+        assert!(a.rules_applied.iter().any(|x| x == r), "{r} not in {:?}", a.rules_applied);
+    }
+    let plan = &a.plan;
+    let joins: Vec<&IaOp> = plan.nodes.values().filter(|o| matches!(o, IaOp::LocalJoin { .. })).collect();
+    assert_eq!(joins.len(), 1);
+    let IaOp::LocalJoin { left, right, kernel, .. } = joins[0] else { unreachable!() };
+    assert_eq!(kernel.to_string(), "compose(diag,matAdd)", "diag composed into the join's kernel");
+    // Both operands are filtered before the join (possibly then shuffled):
+    // no addition is done on off-diagonal blocks.
+    let filtered = |n: &str| {
+        let mut n = n.to_string();
+        loop {
+            match plan.nodes.get(&n) {
+                Some(IaOp::LocalFilter { .. }) => return true,
+                Some(IaOp::Shuffle { input, .. }) | Some(IaOp::Broadcast { input }) => n = input.clone(),
+                _ => return false,
+            }
+        }
+    };
+    assert!(filtered(left) && filtered(right), "{}", plan.to_sexpr());
+    assert!(!plan.nodes.values().any(|o| matches!(o, IaOp::LocalFilter { input, .. } if plan.nodes.get(input).is_some_and(|j| matches!(j, IaOp::LocalJoin { .. })))));
+    snapshot("diag-x-plus-y", &a);
+}
+
+#[test]
+fn ffnn_google_speech_is_data_parallel() {
+    let a = run("ffnn-google-speech");
+    let (b, s) = moved(&a.plan);
+    assert!(b.contains(&"W1".to_string()) && b.contains(&"W2".to_string()), "weights broadcast: {b:?}");
+    assert!(!b.contains(&"X".to_string()) && !s.contains(&"X".to_string()), "the data stays where it is: {b:?} {s:?}");
+    snapshot("ffnn-google-speech", &a);
+}
+
+#[test]
+fn ffnn_amazoncat_is_model_parallel() {
+    let a = run("ffnn-amazoncat");
+    let (b, s) = moved(&a.plan);
+    assert!(!b.contains(&"W1".to_string()) && !b.contains(&"W2".to_string()), "weights are not broadcast: {b:?}");
+    assert!(s.contains(&"W1".to_string()), "W1 is partitioned: {s:?}");
+    snapshot("ffnn-amazoncat", &a);
+}
+
+#[test]
+fn nn_search_wide_partitions_the_features() {
+    // Opt4Horizontal-like: the feature dimension is partitioned, the metric A
+    // is shuffled by rows rather than broadcast.
+    let a = run("nn-search-wide");
+    let (b, _) = moved(&a.plan);
+    assert!(!b.contains(&"A".to_string()), "A not broadcast: {b:?}\n{}", a.plan.to_sexpr());
+    snapshot("nn-search-wide", &a);
+}
+
+#[test]
+fn nn_search_many_points_partitions_the_points() {
+    // Opt4Vertical-like: the points are partitioned by row, A broadcast.
+    let a = run("nn-search-many-points");
+    let (b, _) = moved(&a.plan);
+    assert!(b.contains(&"A".to_string()), "A broadcast: {b:?}\n{}", a.plan.to_sexpr());
+    snapshot("nn-search-many-points", &a);
+}
+
+#[test]
+fn the_choice_flips_with_the_cluster_size() {
+    // A matmul of two general matrices: with one site nothing moves; the
+    // choice is made by the model at every size, never an error.
+    let mut p = example("matmul");
+    for sites in [1, 2, 5, 10, 15] {
+        p.cluster = Some(tra_optimizer::Cluster { sites, ..p.cluster() });
+        let a = optimize(&p, &tra_rules::all(), &Limits::default()).unwrap();
+        assert_eq!(a.stats.stop_reason, "saturated");
+        if sites == 1 {
+            assert_eq!(a.cost.network_floats, 0, "one site: nothing moves");
+        }
+    }
+}
