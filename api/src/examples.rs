@@ -14,14 +14,14 @@ pub const SOURCES: &[(&str, &str, &str)] = &[
     ),
     (
         "matmul-common-large-dim",
-        "Matrix multiply with a common large dimension: X is 1×40 blocks, Y is 40×1 blocks of \
-         1000×1000. Cross-product matmul with two-phase aggregation should win.",
+        "Matrix multiply with a common large dimension: X is 4×40 blocks, Y is 40×4 blocks of \
+         1000×1000, on 10 sites. Cross-product matmul with two-phase aggregation wins.",
         include_str!("../../examples/matmul-common-large-dim.json"),
     ),
     (
         "matmul-two-large-dims",
-        "Matrix multiply with two large dimensions: X is 40×1 blocks, Y is 1×40 blocks of \
-         1000×1000. Broadcast matmul should win.",
+        "Matrix multiply with two large dimensions: X is 40×4 blocks, Y is 4×40 blocks of \
+         1000×1000, on 10 sites. Broadcast matmul wins.",
         include_str!("../../examples/matmul-two-large-dims.json"),
     ),
     (
@@ -29,6 +29,30 @@ pub const SOURCES: &[(&str, &str, &str)] = &[
         "diag(X + Y) over 8×8 blocks of 500×500 (paper §5.2.1): the filter on the diagonal \
          keys can move below the addition, so only the diagonal blocks are added and moved.",
         include_str!("../../examples/diag-x-plus-y.json"),
+    ),
+    (
+        "nn-search-wide",
+        "Nearest neighbour under a Riemannian metric (x − X_i) A (x − X_i)ᵀ, wide data: 2,000 points \
+         of 20,000 features on 8 sites. Partitioning the features (Opt4Horizontal-like) wins.",
+        include_str!("../../examples/nn-search-wide.json"),
+    ),
+    (
+        "nn-search-many-points",
+        "Nearest neighbour under a Riemannian metric, many points: 1,000,000 points of 4,000 \
+         features on 8 sites. Partitioning the points and broadcasting A (Opt4Vertical-like) wins.",
+        include_str!("../../examples/nn-search-many-points.json"),
+    ),
+    (
+        "ffnn-google-speech",
+        "One SGD step of a two-layer network, Google speech shape: a very wide hidden layer \
+         (16,384) on a small input (1,024 features), batch 65,536. The data-parallel plan wins.",
+        include_str!("../../examples/ffnn-google-speech.json"),
+    ),
+    (
+        "ffnn-amazoncat",
+        "One SGD step of a two-layer network, AmazonCat-14K shape: 597,540 features and 14,588 \
+         labels (padded), a narrow hidden layer of 1,000, batch 1,000. A model-parallel plan wins.",
+        include_str!("../../examples/ffnn-amazoncat.json"),
     ),
 ];
 

@@ -3,3 +3,4 @@
 pub mod examples;
 pub mod server;
 pub mod run;
+pub mod bench;

@@ -81,6 +81,18 @@ enum Command {
         #[arg(long, default_value_t = 2)]
         max_concurrent_executions: usize,
     },
+    /// Measure optimize time and e-graph size per workload, and for chains of matmuls.
+    Bench {
+        /// Runs per workload (the median is reported).
+        #[arg(long, default_value_t = 5)]
+        reps: usize,
+        /// Chain lengths to measure.
+        #[arg(long, value_delimiter = ',', default_value = "2,4,8,16")]
+        chains: Vec<usize>,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
     /// List every rewrite rule with its name, equation and condition.
     Rules {
         /// Output format.
@@ -118,6 +130,15 @@ fn run(cli: Cli) -> Result<(), String> {
             optimize_cmd(&file, format, sites, limits)
         }
         Command::Rules { format } => rules_cmd(format),
+        Command::Bench { reps, chains, json } => {
+            let rows = tra_api::bench::run(reps, &chains)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&rows).unwrap());
+            } else {
+                print!("{}", tra_api::bench::table(&rows));
+            }
+            Ok(())
+        }
         Command::Serve { addr, max_body_bytes, max_egraph_nodes, optimize_ms, max_execute_floats, max_concurrent_executions } => {
             let config = tra_api::server::ServerConfig {
                 addr,

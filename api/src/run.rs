@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 use std::io::{IsTerminal, Read, Write};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -332,9 +332,4 @@ fn progress_bar(p: &Progress, done: &AtomicBool, total_flops: u64, nodes: u64) {
         let _ = err.write_all(format!("\r{}\r", " ".repeat(80)).as_bytes());
         let _ = err.flush();
     }
-}
-
-/// For tests: whether a path exists (used in messages).
-pub fn exists(p: &Path) -> bool {
-    p.exists()
 }

@@ -41,6 +41,19 @@ use tra_optimizer::{Plan, Program};
 /// The web page served at `/`.
 pub const INDEX_HTML: &str = include_str!("../../web/index.html");
 
+/// The page's static files, served at `/web/<path>` and built into the binary
+/// (so `tra serve` needs no files at run time): `(path, content type, bytes)`.
+pub const WEB_ASSETS: &[(&str, &str, &[u8])] = &[
+    ("style.css", "text/css; charset=utf-8", include_bytes!("../../web/style.css")),
+    ("app.js", "text/javascript; charset=utf-8", include_bytes!("../../web/app.js")),
+    ("dag.js", "text/javascript; charset=utf-8", include_bytes!("../../web/dag.js")),
+    ("chart.js", "text/javascript; charset=utf-8", include_bytes!("../../web/chart.js")),
+    ("editor.js", "text/javascript; charset=utf-8", include_bytes!("../../web/editor.js")),
+    ("util.js", "text/javascript; charset=utf-8", include_bytes!("../../web/util.js")),
+    ("vendor/dagre.min.js", "text/javascript; charset=utf-8", include_bytes!("../../web/vendor/dagre.min.js")),
+    ("vendor/dagre.LICENSE", "text/plain; charset=utf-8", include_bytes!("../../web/vendor/dagre.LICENSE")),
+];
+
 /// Every route of the service: `(method, path, summary)`. The router, the
 /// OpenAPI document, and the 404/405 answers are all checked against it.
 pub const ROUTES: &[(&str, &str, &str)] = &[
@@ -234,6 +247,7 @@ pub fn router(config: ServerConfig) -> Router {
     let state = AppState::new(config);
     Router::new()
         .route("/", get(index))
+        .route("/web/{*path}", get(web_asset))
         .route("/healthz", get(healthz))
         .route("/openapi.json", get(openapi_handler))
         .route("/v1/rules", get(rules_handler))
@@ -382,6 +396,16 @@ fn human_bytes(n: usize) -> String {
 
 async fn index() -> Html<&'static str> {
     Html(INDEX_HTML)
+}
+
+/// A file of [`WEB_ASSETS`], or 404 `not_found`.
+async fn web_asset(axum::extract::Path(path): axum::extract::Path<String>, method: Method, uri: Uri) -> Response {
+    match WEB_ASSETS.iter().find(|(p, _, _)| *p == path) {
+        Some((_, content_type, body)) => {
+            ([(header::CONTENT_TYPE, *content_type), (header::CACHE_CONTROL, "no-cache")], *body).into_response()
+        }
+        None => not_found(method, uri).await.into_response(),
+    }
 }
 
 async fn healthz() -> Json<Value> {

@@ -1304,7 +1304,17 @@ impl KeyFn {
             })
             .fold(1u64, u64::saturating_mul)
     }
-    /// True when some component is a range `lo..hi`.
+    /// Per output component, `Some((lo, hi))` when it is a range `lo..hi`.
+    pub fn ranges(&self) -> Vec<Option<(u32, u32)>> {
+        self.components
+            .iter()
+            .map(|c| match c {
+                Component::Range(lo, hi) => Some((*lo, *hi)),
+                Component::Expr(_) => None,
+            })
+            .collect()
+    }
+    /// Whether some component is a range.
     pub fn has_ranges(&self) -> bool {
         self.components
             .iter()

@@ -276,6 +276,9 @@ pub fn optimize(p: &Program, rules: &[RuleDef], limits: &Limits) -> Result<Optim
         OptimizeError::Internal(msg)
     })?;
 
+    if std::env::var_os("TRA_PROFILE").is_some() {
+        eprintln!("saturation: {:.1} ms", start.elapsed().as_secs_f64() * 1000.0);
+    }
     let roots: IndexMap<String, Id> = roots.into_iter().map(|(n, id)| (n, eg.find(id))).collect();
     let stop_reason = stop_reason(&stop);
 

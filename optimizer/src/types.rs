@@ -606,12 +606,41 @@ pub fn local_map(x: &RelType, key: Option<&KeyFn>, kernel: Option<&KernelRef>) -
     match key {
         None => Ok(RelType { array_bounds: bounds, ..x.clone() }),
         Some(f) if f.is_identity(x.key_arity()) => Ok(RelType { array_bounds: bounds, ..x.clone() }),
+        Some(f) if x.keys == KeySet::Dense && is_dense_permutation(f, x.key_arity()) => {
+            // Every input dim passes through exactly once, the rest are ranges
+            // `0..n`: a bijection onto a dense key space, no enumeration needed.
+            let frontier = f
+                .passthrough()
+                .iter()
+                .zip(f.ranges())
+                .map(|(p, r)| match (p, r) {
+                    (Some(i), _) => x.frontier[*i],
+                    (None, Some((_, hi))) => hi,
+                    _ => unreachable!("checked by is_dense_permutation"),
+                })
+                .collect();
+            Ok(RelType::dense(frontier, bounds))
+        }
         Some(f) => {
             let (mapped, _) = map_keys(x, f, "key")?;
             unique_keys(x, &mapped, f, "key")?;
             Ok(RelType::from_keys(f.output_arity(), mapped.into_iter().map(|(_, k)| k).collect(), bounds))
         }
     }
+}
+
+/// A key map whose components are each input dim exactly once, or ranges
+/// starting at 0.
+fn is_dense_permutation(f: &KeyFn, arity: usize) -> bool {
+    let mut seen = vec![false; arity];
+    for (p, r) in f.passthrough().into_iter().zip(f.ranges()) {
+        match (p, r) {
+            (Some(i), _) if i < arity && !seen[i] => seen[i] = true,
+            (None, Some((0, _))) => {}
+            _ => return false,
+        }
+    }
+    seen.into_iter().all(|s| s)
 }
 
 // ---------------------------------------------------------------------------

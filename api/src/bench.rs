@@ -1,0 +1,108 @@
+//! `tra bench`: optimize time and e-graph size per workload, and how they grow
+//! with a chain of matmuls.
+
+use crate::examples;
+use std::fmt::Write as _;
+use std::time::Instant;
+use tra_optimizer::optimize::{optimize, Limits};
+use tra_optimizer::rule::RuleDef;
+use tra_optimizer::Program;
+
+/// One measured row.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Row {
+    /// The workload.
+    pub name: String,
+    /// Median wall time of `optimize`, in milliseconds.
+    pub median_ms: f64,
+    /// Fastest run, in milliseconds.
+    pub min_ms: f64,
+    /// E-graph nodes at the end.
+    pub egraph_nodes: usize,
+    /// E-graph classes at the end.
+    pub egraph_classes: usize,
+    /// Saturation iterations.
+    pub iterations: usize,
+    /// Why saturation stopped.
+    pub stop_reason: String,
+    /// The chosen plan's label.
+    pub chosen: String,
+    /// Its network floats.
+    pub network_floats: u64,
+}
+
+/// A chain `X0 · X1 · … · Xn` of `n` matmuls of 4×4 blocks of 1000×1000 on 10 sites.
+pub fn matmul_chain(n: usize) -> Program {
+    let mut inputs = serde_json::Map::new();
+    let mut nodes = serde_json::Map::new();
+    for i in 0..=n {
+        inputs.insert(format!("X{i}"), serde_json::json!({"key_bounds": [4, 4], "array_bounds": [1000, 1000]}));
+    }
+    let mut prev = "X0".to_string();
+    for i in 1..=n {
+        nodes.insert(
+            format!("J{i}"),
+            serde_json::json!({"op": "join", "left": prev, "right": format!("X{i}"), "left_keys": [1], "right_keys": [0], "kernel": "matMul"}),
+        );
+        nodes.insert(format!("M{i}"), serde_json::json!({"op": "aggregate", "input": format!("J{i}"), "group_by": [0, 2], "kernel": "matAdd"}));
+        prev = format!("M{i}");
+    }
+    let v = serde_json::json!({"inputs": inputs, "nodes": nodes, "outputs": [prev], "cluster": {"sites": 10}});
+    Program::from_value(&v).expect("a well-formed chain")
+}
+
+fn measure(name: &str, p: &Program, rules: &[RuleDef], reps: usize) -> Result<Row, String> {
+    let mut times = Vec::with_capacity(reps);
+    let mut last = None;
+    for _ in 0..reps.max(1) {
+        let t = Instant::now();
+        let a = optimize(p, rules, &Limits::default()).map_err(|e| format!("{name}: {e}"))?;
+        times.push(t.elapsed().as_secs_f64() * 1000.0);
+        last = Some(a);
+    }
+    times.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    let a = last.unwrap();
+    Ok(Row {
+        name: name.to_string(),
+        median_ms: times[times.len() / 2],
+        min_ms: times[0],
+        egraph_nodes: a.stats.egraph_nodes,
+        egraph_classes: a.stats.egraph_classes,
+        iterations: a.stats.iterations,
+        stop_reason: a.stats.stop_reason.clone(),
+        chosen: a.alternatives[0].label.clone(),
+        network_floats: a.cost.network_floats,
+    })
+}
+
+/// Measure every built-in workload and chains of 2, 4, 8 and 16 matmuls.
+pub fn run(reps: usize, chains: &[usize]) -> Result<Vec<Row>, String> {
+    let rules = tra_rules::all();
+    let mut rows = Vec::new();
+    for e in examples::all() {
+        let p = Program::from_value(&e.program).map_err(|x| format!("{}: {x}", e.name))?;
+        rows.push(measure(e.name, &p, &rules, reps)?);
+    }
+    for &n in chains {
+        rows.push(measure(&format!("chain of {n} matmuls"), &matmul_chain(n), &rules, reps)?);
+    }
+    Ok(rows)
+}
+
+/// The rows as a text table.
+pub fn table(rows: &[Row]) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "{:<26} {:>10} {:>10} {:>8} {:>8} {:>6} {:<11} {:>15}  chosen",
+        "workload", "median ms", "min ms", "nodes", "classes", "iters", "stop", "network floats"
+    );
+    for r in rows {
+        let _ = writeln!(
+            s,
+            "{:<26} {:>10.2} {:>10.2} {:>8} {:>8} {:>6} {:<11} {:>15}  {}",
+            r.name, r.median_ms, r.min_ms, r.egraph_nodes, r.egraph_classes, r.iterations, r.stop_reason, r.network_floats, r.chosen
+        );
+    }
+    s
+}
