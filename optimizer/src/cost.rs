@@ -20,8 +20,12 @@
 //! tuples); local map: one call per input tuple; filters are free. An operator
 //! over a replicated operand runs on every site, so its flops count `s` times.
 
+use crate::check::TypedPlan;
 use crate::egraph::{ClassData, Ia, Param, TraEGraph};
-use crate::types::{concat_params, Placement};
+use crate::kernel::KernelRef;
+use crate::program::{IaOp, Operator, Plan};
+use crate::types::{concat_params, PhysType, Placement};
+use indexmap::IndexMap;
 use egg::Id;
 use serde::Serialize;
 
@@ -69,7 +73,52 @@ impl Cost {
     }
 }
 
-fn kernel_of(eg: &TraEGraph, id: Id) -> Option<&crate::kernel::KernelRef> {
+/// What the cost of one operator depends on.
+pub enum OpShape<'a> {
+    /// A shuffle of a relation of this many floats.
+    Shuffle(u64),
+    /// A broadcast of a relation of this many floats.
+    Broadcast(u64),
+    /// A local join: output, operands, kernel.
+    Join(&'a PhysType, &'a PhysType, &'a PhysType, &'a KernelRef),
+    /// A local aggregation: output, operand, kernel.
+    Aggregate(&'a PhysType, &'a PhysType, &'a KernelRef),
+    /// A local map: operand, kernel (none: keys only).
+    Map(&'a PhysType, Option<&'a KernelRef>),
+    /// Inputs, filters, erasure: free.
+    Free,
+}
+
+/// `(network floats, flops)` of one operator on `sites` sites.
+pub fn op_cost(op: OpShape<'_>, sites: usize) -> (u64, u64) {
+    let s = sites as u64;
+    let factor = |p: &PhysType| if p.placement == Placement::Replicated { s } else { 1 };
+    match op {
+        OpShape::Free => (0, 0),
+        OpShape::Shuffle(floats) => (floats, 0),
+        OpShape::Broadcast(floats) => (s.saturating_mul(floats), 0),
+        OpShape::Join(out, a, b, k) => {
+            let per = k.flops(&[&a.rel.array_bounds, &b.rel.array_bounds]);
+            let both = a.placement == Placement::Replicated && b.placement == Placement::Replicated;
+            (0, out.tuples.saturating_mul(per).saturating_mul(if both { s } else { 1 }))
+        }
+        OpShape::Aggregate(out, input, k) => {
+            let per = if concat_params(k).is_some() {
+                0
+            } else {
+                k.flops(&[&input.rel.array_bounds, &input.rel.array_bounds])
+            };
+            let folds = input.tuples.saturating_sub(out.tuples);
+            (0, folds.saturating_mul(per).saturating_mul(factor(input)))
+        }
+        OpShape::Map(input, k) => {
+            let per = k.map(|k| k.flops(&[&input.rel.array_bounds])).unwrap_or(0);
+            (0, input.tuples.saturating_mul(per).saturating_mul(factor(input)))
+        }
+    }
+}
+
+fn kernel_of(eg: &TraEGraph, id: Id) -> Option<&KernelRef> {
     match eg[id].data.param() {
         Some(Param::Kernel(k)) => Some(k),
         _ => None,
@@ -78,43 +127,76 @@ fn kernel_of(eg: &TraEGraph, id: Id) -> Option<&crate::kernel::KernelRef> {
 
 /// The cost of one e-node, or `None` if it is not executable (a TRA operator).
 pub fn node_cost(eg: &TraEGraph, class: Id, node: &Ia, w: Weights) -> Option<Cost> {
-    let s = eg.analysis.sites as u64;
     let phys = |id: Id| eg[id].data.phys().expect("a physical operand");
-    let replicated_factor = |id: Id| if phys(id).placement == Placement::Replicated { s } else { 1 };
-    let (net, flops) = match node {
-        Ia::Param(_) | Ia::Input(_) | Ia::Erase(_) => (0, 0),
+    let logical = |id: Id| eg[id].data.logical().expect("a logical operand");
+    let shape = match node {
+        Ia::Param(_) | Ia::Input(_) | Ia::Erase(_) | Ia::LFilter(_) => OpShape::Free,
         Ia::Join(_) | Ia::Aggregate(_) | Ia::Rekey(_) | Ia::Filter(_) | Ia::Transform(_) | Ia::Tile(_) | Ia::Concat(_) => {
             return None
         }
-        Ia::Shuffle([_, x]) => (eg[*x].data.logical().expect("logical operand").floats(), 0),
-        Ia::Broadcast(x) => (s.saturating_mul(eg[*x].data.logical().expect("logical operand").floats()), 0),
-        Ia::LJoin([_, _, k, a, b]) => {
-            let out = phys(class);
-            let (pa, pb) = (phys(*a), phys(*b));
-            let per = kernel_of(eg, *k).map(|k| k.flops(&[&pa.rel.array_bounds, &pb.rel.array_bounds])).unwrap_or(0);
-            let both_replicated = pa.placement == Placement::Replicated && pb.placement == Placement::Replicated;
-            let factor = if both_replicated { s } else { 1 };
-            (0, out.tuples.saturating_mul(per).saturating_mul(factor))
-        }
-        Ia::LAgg([_, k, x]) => {
-            let out = phys(class);
-            let input = phys(*x);
-            let kernel = kernel_of(eg, *k);
-            let per = match kernel {
-                Some(k) if concat_params(k).is_none() => k.flops(&[&input.rel.array_bounds, &input.rel.array_bounds]),
-                _ => 0,
-            };
-            let folds = input.tuples.saturating_sub(out.tuples);
-            (0, folds.saturating_mul(per).saturating_mul(replicated_factor(*x)))
-        }
-        Ia::LFilter(_) => (0, 0),
-        Ia::LMap([_, k, x]) => {
-            let input = phys(*x);
-            let per = kernel_of(eg, *k).map(|k| k.flops(&[&input.rel.array_bounds])).unwrap_or(0);
-            (0, input.tuples.saturating_mul(per).saturating_mul(replicated_factor(*x)))
-        }
+        Ia::Shuffle([_, x]) => OpShape::Shuffle(logical(*x).floats()),
+        Ia::Broadcast(x) => OpShape::Broadcast(logical(*x).floats()),
+        Ia::LJoin([_, _, k, a, b]) => OpShape::Join(phys(class), phys(*a), phys(*b), kernel_of(eg, *k)?),
+        Ia::LAgg([_, k, x]) => OpShape::Aggregate(phys(class), phys(*x), kernel_of(eg, *k)?),
+        Ia::LMap([_, k, x]) => OpShape::Map(phys(*x), kernel_of(eg, *k)),
     };
+    let (net, flops) = op_cost(shape, eg.analysis.sites);
     Some(Cost::new(net, flops, w))
+}
+
+/// Per-operator figures of a checked plan, for reports and the web page.
+#[derive(Debug, Clone, Serialize)]
+pub struct NodeReport {
+    /// The operator.
+    pub op: &'static str,
+    /// Output key frontier.
+    pub key_bounds: Vec<u32>,
+    /// Output block shape.
+    pub array_bounds: Vec<usize>,
+    /// Output tuples (partial copies counted).
+    pub tuples: u64,
+    /// Output placement, in words.
+    pub placement: String,
+    /// Floats this operator moves.
+    pub network_floats: u64,
+    /// Flops of this operator.
+    pub flops: u64,
+    /// Its weighted cost.
+    pub total: f64,
+}
+
+/// The cost of every operator of a checked plan (same model as extraction).
+pub fn plan_report(plan: &Plan, typed: &TypedPlan, sites: usize, w: Weights) -> IndexMap<String, NodeReport> {
+    let mut out = IndexMap::new();
+    for name in &typed.order {
+        let op = &plan.nodes[name];
+        let t = &typed.types[name];
+        let ty = |n: &String| &typed.types[n];
+        let shape = match op {
+            IaOp::Shuffle { input, .. } => OpShape::Shuffle(ty(input).floats()),
+            IaOp::Broadcast { input } => OpShape::Broadcast(ty(input).floats()),
+            IaOp::LocalJoin { left, right, kernel, .. } => OpShape::Join(t, ty(left), ty(right), kernel),
+            IaOp::LocalAggregate { input, kernel, .. } => OpShape::Aggregate(t, ty(input), kernel),
+            IaOp::LocalMap { input, kernel, .. } => OpShape::Map(ty(input), kernel.as_ref()),
+            IaOp::LocalFilter { .. } => OpShape::Free,
+        };
+        let (net, flops) = op_cost(shape, sites);
+        let c = Cost::new(net, flops, w);
+        out.insert(
+            name.clone(),
+            NodeReport {
+                op: op.op_name(),
+                key_bounds: t.rel.frontier.clone(),
+                array_bounds: t.rel.array_bounds.clone(),
+                tuples: t.tuples,
+                placement: t.placement.to_string(),
+                network_floats: net,
+                flops,
+                total: c.total,
+            },
+        );
+    }
+    out
 }
 
 /// Whether a class is a P class (used by extraction to skip leaves quickly).

@@ -14,7 +14,7 @@ use crate::kernel::KernelRef;
 use crate::keyexpr::{Key, KeyFn, Predicate};
 use crate::placement::site_of;
 use crate::program::{InputDecl, PlacementDecl};
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 /// The most keys a brute-force enumeration (filter, key map, partial
@@ -168,6 +168,42 @@ impl RelType {
                     }
                 }
                 Ok(Arc::new(out))
+            }
+        }
+    }
+
+    /// Visit every key (in lexicographic order) without materialising them,
+    /// if there are at most [`ENUMERATION_LIMIT`].
+    pub fn for_each_key(&self, mut f: impl FnMut(&[u32])) -> TResult<()> {
+        match &self.keys {
+            KeySet::Explicit(k) => {
+                k.iter().for_each(|k| f(k));
+                Ok(())
+            }
+            KeySet::Dense => {
+                let n = self.tuples();
+                if n > ENUMERATION_LIMIT {
+                    return self.key_list().map(|_| ());
+                }
+                if n == 0 {
+                    return Ok(());
+                }
+                let mut k = vec![0u32; self.frontier.len()];
+                loop {
+                    f(&k);
+                    let mut d = k.len();
+                    loop {
+                        if d == 0 {
+                            return Ok(());
+                        }
+                        d -= 1;
+                        k[d] += 1;
+                        if k[d] < self.frontier[d] {
+                            break;
+                        }
+                        k[d] = 0;
+                    }
+                }
             }
         }
     }
@@ -754,12 +790,16 @@ pub fn local_aggregate(x: &PhysType, group_by: &[usize], kernel: &KernelRef, sit
                     format!("a concat aggregation needs its groups whole on one site; the input is hashed on {d:?}"),
                 ));
             }
-            let keys = x.rel.key_list()?;
-            let mut groups: HashSet<(Vec<u32>, usize)> = HashSet::new();
-            for k in keys.iter() {
-                groups.insert((group_by.iter().map(|&g| k[g]).collect(), site_of(k, d, sites)));
-            }
-            let tuples = groups.len() as u64;
+            // Count the distinct (group, site) pairs: each is one partial tuple.
+            // Groups are numbered in mixed radix over the input frontier.
+            let mut pairs: Vec<u64> = Vec::with_capacity(x.rel.tuples().min(ENUMERATION_LIMIT) as usize);
+            x.rel.for_each_key(|k| {
+                let group = group_by.iter().fold(0u64, |acc, &g| acc * u64::from(x.rel.frontier[g]) + u64::from(k[g]));
+                pairs.push(group * sites as u64 + site_of(k, d, sites) as u64);
+            })?;
+            pairs.sort_unstable();
+            pairs.dedup();
+            let tuples = pairs.len() as u64;
             let complete = tuples == rel.tuples();
             Ok(PhysType { rel, placement: Placement::Any, complete, tuples })
         }

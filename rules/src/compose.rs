@@ -31,20 +31,18 @@ pub fn rules() -> Vec<RuleDef> {
 /// `R1-1`: `(lfilter ?p1 (lfilter ?p2 ?x)) = (lfilter p1∧p2 ?x)`.
 ///
 /// No condition: both keep exactly the tuples satisfying both predicates, on
-/// the site where they are. The case `p1 == p2` is not rewritten: the
-/// equation `lfilter(p, lfilter(p, x)) = lfilter(p, x)` would put a class
-/// inside itself, and with further conjunctions the graph would grow forever.
+/// the site where they are. Conjunction is idempotent (`p ∧ p` is `p`), so
+/// `lfilter(p, lfilter(p, x)) = lfilter(p, x)`: the class holds itself under
+/// the filter, and pushing the same filter down again (R1-6, R2-2) adds
+/// nothing — without this, repeated push-downs grow the graph forever.
 pub fn r1_1() -> RuleDef {
     let rhs = pat("(lfilter ?c ?x)").ast;
     def(
         "R1-1",
         "(lfilter ?p1 (lfilter ?p2 ?x)) = (lfilter p1&&p2 ?x)",
-        "none (the conjunction of a predicate with itself is not built, which would loop).",
+        "none (conjunction is idempotent, so a filter under an equal filter collapses).",
         vec![rewrite("R1-1", "R1-1", "(lfilter ?p1 (lfilter ?p2 ?x))", Guard::Strict, move |eg, _, s| {
             let (Some(p1), Some(p2)) = (pred(eg, get(s, "?p1")), pred(eg, get(s, "?p2"))) else { return vec![] };
-            if p1 == p2 {
-                return vec![];
-            }
             let c = p1.and(p2);
             let mut s = s.clone();
             s.insert(crate::support::var("?c"), leaf(eg, Param::Pred(c)));

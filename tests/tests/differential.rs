@@ -3,7 +3,7 @@
 //! program's site count → compare with direct interpretation of the TRA
 //! program. Also checks that the measured floats moved equal the prediction.
 //!
-//! `TRA_DIFF_CASES` sets the number of programs (default 48).
+//! `TRA_DIFF_CASES` sets the number of programs (default 200).
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -27,7 +27,7 @@ fn inputs_for(p: &Program, seed: u64) -> BTreeMap<String, Relation> {
 }
 
 fn cases() -> u64 {
-    std::env::var("TRA_DIFF_CASES").ok().and_then(|s| s.parse().ok()).unwrap_or(48)
+    std::env::var("TRA_DIFF_CASES").ok().and_then(|s| s.parse().ok()).unwrap_or(200)
 }
 
 #[test]
