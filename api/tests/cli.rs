@@ -1,0 +1,72 @@
+//! The `tra` command line: check, compile, optimize, rules, and clear errors.
+
+use std::process::Command;
+
+fn tra(args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_tra"))
+        .args(args)
+        .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
+        .output()
+        .expect("run tra");
+    (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+#[test]
+fn check_prints_every_node_with_its_frontier_and_size() {
+    let (ok, out, err) = tra(&["check", "examples/matmul.json"]);
+    assert!(ok, "{err}");
+    assert!(out.contains("XY") && out.contains("[4, 4, 4]") && out.contains("64000000"), "{out}");
+    let (ok, out, _) = tra(&["check", "--format", "json", "examples/diag-x-plus-y.json"]);
+    assert!(ok);
+    let rows: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert!(rows.as_array().unwrap().iter().any(|r| r["dense"] == false), "a filter leaves holes: {out}");
+}
+
+#[test]
+fn compile_prints_the_table_1_plan() {
+    let (ok, out, err) = tra(&["compile", "examples/matmul.json"]);
+    assert!(ok, "{err}");
+    let plan: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(plan["outputs"], serde_json::json!(["Z"]));
+    let (ok, out, _) = tra(&["compile", "--format", "text", "examples/matmul.json"]);
+    assert!(ok);
+    assert_eq!(out.trim(), "(local_aggregate [0 2] matAdd (shuffle [0 2] (local_join [1] [0] matMul (broadcast X) Y)))");
+}
+
+#[test]
+fn optimize_in_three_formats() {
+    let (ok, out, err) = tra(&["optimize", "examples/matmul-common-large-dim.json"]);
+    assert!(ok, "{err}");
+    let a: serde_json::Value = serde_json::from_str(&out).unwrap();
+    for f in ["plan", "cost", "alternatives", "rules_applied", "stats"] {
+        assert!(a.get(f).is_some(), "missing {f}");
+    }
+    assert_eq!(a["stats"]["stop_reason"], "saturated");
+    let (ok, out, _) = tra(&["optimize", "--format", "text", "examples/matmul.json"]);
+    assert!(ok && out.contains("cost:") && out.contains("alternatives:"), "{out}");
+    let (ok, out, _) = tra(&["optimize", "--format", "dot", "--sites", "3", "examples/matmul.json"]);
+    assert!(ok && out.starts_with("digraph plan {"), "{out}");
+}
+
+#[test]
+fn rules_lists_every_rule() {
+    let (ok, out, _) = tra(&["rules", "--format", "json"]);
+    assert!(ok);
+    let rules: Vec<serde_json::Value> = serde_json::from_str(&out).unwrap();
+    for name in ["lower-join", "R1-6", "R1-7", "R2-5", "R2-7b", "matmul-rmm"] {
+        assert!(rules.iter().any(|r| r["name"] == name && r["equation"].is_string() && r["condition"].is_string()), "{name}");
+    }
+}
+
+#[test]
+fn errors_are_clear_and_exit_nonzero() {
+    let (ok, _, err) = tra(&["check", "no/such/file.json"]);
+    assert!(!ok && err.contains("cannot read no/such/file.json"), "{err}");
+    let dir = std::env::temp_dir().join(format!("tra-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let bad = dir.join("bad.json");
+    std::fs::write(&bad, r#"{"inputs": {"X": {"key_bounds": [2], "array_bounds": [2]}}, "nodes": {"Z": {"op": "transform", "input": "X", "kernel": "matmul"}}, "outputs": ["Z"]}"#).unwrap();
+    let (ok, _, err) = tra(&["optimize", bad.to_str().unwrap()]);
+    assert!(!ok);
+    assert!(err.contains("unknown_kernel") && err.contains("Z.kernel") && err.contains("matMul"), "{err}");
+}
