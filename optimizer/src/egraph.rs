@@ -1,4 +1,4 @@
-//! The IA e-graph: two sorts in one egg language (DESIGN.md §3).
+//! The IA e-graph: two sorts in one egg language.
 //!
 //! Two IA expressions are "equivalent" when their outputs agree after
 //! projecting away the site. That relation is not a congruence for local

@@ -1,6 +1,6 @@
 //! The rewrite rules of tra: Table 1 lowering, the paper's R1 (lambda
 //! composition) and R2 (re-partition) rules, and the distributed-matmul rules,
-//! over the two-sort IA e-graph of `tra_optimizer::egraph` (DESIGN.md §3).
+//! over the two-sort IA e-graph of `tra_optimizer::egraph` (see `tra_optimizer::egraph` for why two sorts).
 //!
 //! Every rule is a sound equality: P classes are equal exactly (sites
 //! included), L classes up to site. Conditions read only the class analysis

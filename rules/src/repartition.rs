@@ -1,5 +1,5 @@
 //! Family `R2`: re-partition rules (paper 004, Table 2, R2-1 … R2-7), in the
-//! two-sort form of DESIGN.md §3, plus `agg-subset` and `R2-7b`.
+//! two-sort form (see `tra_optimizer::egraph`), plus `agg-subset` and `R2-7b`.
 //!
 //! A P class is a relation *with* its sites: `shuffle` and `broadcast` are P
 //! nodes whose value depends only on their erased (L) operand. Rules that
@@ -256,7 +256,7 @@ pub fn agg_subset() -> RuleDef {
     )
 }
 
-/// `R2-5`: two-phase aggregation, in DESIGN.md's typed form:
+/// `R2-5`: two-phase aggregation, in its typed two-sort form:
 /// `(erase (lagg ?g ?k (shuffle ?p (erase ?r)))) =
 /// (erase (lagg id_g ?k (shuffle pos_g(p) (erase (lagg ?g ?k ?r)))))`,
 /// `id_g = [0..|g|)`, `pos_g(p)` = the positions of `p`'s dims inside `g`.
