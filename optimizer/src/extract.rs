@@ -46,9 +46,22 @@ pub fn choose(eg: &TraEGraph, w: Weights, allow: &dyn Fn(&TraEGraph, Id, &Ia) ->
             }
         }
     }
+    // Parents of each class, so that a pass only revisits nodes whose
+    // children's best plans changed in the previous pass.
+    let mut parents: HashMap<Id, Vec<usize>> = HashMap::new();
+    for (i, (_, node, _)) in candidates.iter().enumerate() {
+        for child in node.children() {
+            parents.entry(eg.find(*child)).or_default().push(i);
+        }
+    }
+    let mut pending: Vec<bool> = vec![true; candidates.len()];
     loop {
-        let mut changed = false;
-        for (cid, node, own) in &candidates {
+        let mut changed: Vec<Id> = Vec::new();
+        for (i, (cid, node, own)) in candidates.iter().enumerate() {
+            if !pending[i] {
+                continue;
+            }
+            pending[i] = false;
             let mut set: BTreeMap<Id, Cost> = BTreeMap::new();
             let mut ok = true;
             for child in node.children() {
@@ -76,11 +89,16 @@ pub fn choose(eg: &TraEGraph, w: Weights, allow: &dyn Fn(&TraEGraph, Id, &Ia) ->
             };
             if better {
                 best.insert(*cid, (node.clone(), Rc::new(set), t));
-                changed = true;
+                changed.push(*cid);
             }
         }
-        if !changed {
+        if changed.is_empty() {
             break;
+        }
+        for c in changed {
+            for &i in parents.get(&c).map(|v| v.as_slice()).unwrap_or(&[]) {
+                pending[i] = true;
+            }
         }
     }
     Choice { best }

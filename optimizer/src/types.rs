@@ -790,16 +790,7 @@ pub fn local_aggregate(x: &PhysType, group_by: &[usize], kernel: &KernelRef, sit
                     format!("a concat aggregation needs its groups whole on one site; the input is hashed on {d:?}"),
                 ));
             }
-            // Count the distinct (group, site) pairs: each is one partial tuple.
-            // Groups are numbered in mixed radix over the input frontier.
-            let mut pairs: Vec<u64> = Vec::with_capacity(x.rel.tuples().min(ENUMERATION_LIMIT) as usize);
-            x.rel.for_each_key(|k| {
-                let group = group_by.iter().fold(0u64, |acc, &g| acc * u64::from(x.rel.frontier[g]) + u64::from(k[g]));
-                pairs.push(group * sites as u64 + site_of(k, d, sites) as u64);
-            })?;
-            pairs.sort_unstable();
-            pairs.dedup();
-            let tuples = pairs.len() as u64;
+            let tuples = partial_tuples(&x.rel, group_by, d, sites)?;
             let complete = tuples == rel.tuples();
             Ok(PhysType { rel, placement: Placement::Any, complete, tuples })
         }
@@ -809,6 +800,41 @@ pub fn local_aggregate(x: &PhysType, group_by: &[usize], kernel: &KernelRef, sit
             "the input's placement is unknown, so a local aggregation's result would depend on the layout; shuffle it on the group-by dims first",
         )),
     }
+}
+
+thread_local! {
+    /// Partial-aggregate counts already computed: the e-graph types many
+    /// aggregations of the same relation with the same placement.
+    static PARTIAL_COUNTS: std::cell::RefCell<std::collections::HashMap<(RelType, Vec<usize>, Vec<usize>, usize), u64>> =
+        std::cell::RefCell::new(std::collections::HashMap::new());
+}
+
+/// The exact number of tuples of a local aggregation by `group_by` over a
+/// relation hashed on `dims` over `sites` sites: the distinct (group, site)
+/// pairs, found by evaluating the placement function over the key space.
+pub fn partial_tuples(x: &RelType, group_by: &[usize], dims: &[usize], sites: usize) -> TResult<u64> {
+    let key = (x.clone(), group_by.to_vec(), dims.to_vec(), sites);
+    if let Some(n) = PARTIAL_COUNTS.with(|c| c.borrow().get(&key).copied()) {
+        return Ok(n);
+    }
+    // Count the distinct (group, site) pairs: each is one partial tuple.
+    // Groups are numbered in mixed radix over the input frontier.
+    let mut pairs: Vec<u64> = Vec::with_capacity(x.tuples().min(ENUMERATION_LIMIT) as usize);
+    x.for_each_key(|k| {
+        let group = group_by.iter().fold(0u64, |acc, &g| acc * u64::from(x.frontier[g]) + u64::from(k[g]));
+        pairs.push(group * sites as u64 + site_of(k, dims, sites) as u64);
+    })?;
+    pairs.sort_unstable();
+    pairs.dedup();
+    let n = pairs.len() as u64;
+    PARTIAL_COUNTS.with(|c| {
+        let mut c = c.borrow_mut();
+        if c.len() > 4096 {
+            c.clear();
+        }
+        c.insert(key, n);
+    });
+    Ok(n)
 }
 
 /// Local filter: placement unchanged.
