@@ -1,0 +1,305 @@
+//! `tra run --processes N`, `tra run --hosts FILE` and `tra worker`, through
+//! the binary: results equal `tra run` on threads, floats moved equal the
+//! prediction, a worker killed mid-run fails the job within seconds with a
+//! clear error and leaves no process behind, and the next job runs.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+use tra_executor::npy::{self, Layout};
+use tra_executor::reference::random_relation;
+use tra_executor::threads::{Pool, TRelation};
+
+const TRA: &str = env!("CARGO_BIN_EXE_tra");
+
+struct Dir(PathBuf);
+
+impl Dir {
+    fn new(tag: &str) -> Dir {
+        let d = std::env::temp_dir().join(format!("tra-cli-cluster-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        Dir(d)
+    }
+    fn path(&self, f: &str) -> PathBuf {
+        self.0.join(f)
+    }
+}
+
+impl Drop for Dir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+const PROGRAM: &str = r#"{
+  "inputs": {"X": {"key_bounds": [4, 3], "array_bounds": [8, 6]},
+             "Y": {"key_bounds": [3, 4], "array_bounds": [6, 5]}},
+  "nodes": {"XY": {"op": "join", "left": "X", "right": "Y", "left_keys": [1], "right_keys": [0], "kernel": "matMul"},
+            "Z": {"op": "aggregate", "input": "XY", "group_by": [0, 2], "kernel": "matAdd"},
+            "R": {"op": "transform", "input": "Z", "kernel": "relu"}},
+  "outputs": ["Z", "R"]}"#;
+
+/// The program and its inputs as files; the `--input`/`--output` arguments.
+fn setup(dir: &Dir) -> (PathBuf, Vec<String>) {
+    let prog = dir.path("p.json");
+    std::fs::write(&prog, PROGRAM).unwrap();
+    let pool = Pool::<f64>::new();
+    let mut args = Vec::new();
+    for (i, (name, kb, ab)) in [("X", [4u32, 3], [8usize, 6]), ("Y", [3, 4], [6, 5])].iter().enumerate() {
+        let rel = TRelation::from_relation(&random_relation(kb, ab, 40 + i as u64), &pool);
+        let path = dir.path(&format!("{name}.npy"));
+        let layout = if i == 0 { Layout::Dense } else { Layout::Relation };
+        npy::write_relation(&path, &rel, kb, ab, layout).unwrap();
+        args.push("--input".to_string());
+        args.push(format!("{name}={}", path.display()));
+    }
+    (prog, args)
+}
+
+fn outputs(dir: &Dir, tag: &str) -> Vec<String> {
+    ["Z", "R"].iter().flat_map(|o| ["--output".to_string(), format!("{o}={}", dir.path(&format!("{tag}-{o}.npy")).display())]).collect()
+}
+
+fn run(args: &[String], env: &[(&str, &str)]) -> (bool, String, String) {
+    let mut cmd = Command::new(TRA);
+    cmd.arg("run").args(args);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().unwrap();
+    (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+fn same_files(a: &Path, b: &Path) {
+    let (x, y) = (std::fs::read(a).unwrap(), std::fs::read(b).unwrap());
+    assert!(x == y, "{} and {} differ", a.display(), b.display());
+}
+
+fn check_summary(out: &str) -> serde_json::Value {
+    let v: serde_json::Value = serde_json::from_str(out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    assert_eq!(v["floats_match"], true, "{out}");
+    assert_eq!(v["network_floats_measured"], v["network_floats_predicted"], "{out}");
+    for op in v["operators"].as_array().unwrap() {
+        if !op["floats_moved"].is_null() {
+            assert_eq!(op["floats_moved"], op["predicted_floats"], "{op}");
+        }
+    }
+    v
+}
+
+#[test]
+fn processes_give_the_thread_runtimes_results() {
+    let dir = Dir::new("procs");
+    let (prog, inputs) = setup(&dir);
+    let p = prog.display().to_string();
+    let mut threads = vec![p.clone(), "--sites".into(), "3".into(), "--no-progress".into()];
+    threads.extend(inputs.clone());
+    threads.extend(outputs(&dir, "threads"));
+    let (ok, _, err) = run(&threads, &[]);
+    assert!(ok, "{err}");
+    for (procs, workers) in [("3", "1"), ("2", "2")] {
+        let tag = format!("cluster{procs}x{workers}");
+        let mut args = vec![p.clone(), "--processes".into(), procs.into(), "--workers".into(), workers.into()];
+        args.extend(inputs.clone());
+        args.extend(outputs(&dir, &tag));
+        let (ok, out, err) = run(&args, &[]);
+        assert!(ok, "{err}");
+        let v = check_summary(&out);
+        assert_eq!(v["processes"].as_u64().unwrap().to_string(), procs);
+        if procs == "3" {
+            // Same sites as the thread run: same plan, same blocks.
+            for o in ["Z", "R"] {
+                same_files(&dir.path(&format!("threads-{o}.npy")), &dir.path(&format!("{tag}-{o}.npy")));
+            }
+        }
+    }
+    // Wrong options are explained.
+    let (ok, _, err) = run(&[p.clone(), "--processes".into(), "2".into(), "--sites".into(), "3".into()], &[]);
+    assert!(!ok && err.contains("multiple"), "{err}");
+}
+
+/// Process ids of a process's children (Linux).
+fn children(pid: u32) -> Vec<u32> {
+    let mut out = Vec::new();
+    if let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) {
+        for t in tasks.flatten() {
+            if let Ok(s) = std::fs::read_to_string(t.path().join("children")) {
+                out.extend(s.split_whitespace().filter_map(|x| x.parse::<u32>().ok()));
+            }
+        }
+    }
+    out
+}
+
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok()
+}
+
+fn wait_children(pid: u32, n: usize) -> Vec<u32> {
+    let t = Instant::now();
+    loop {
+        let c = children(pid);
+        if c.len() >= n {
+            return c;
+        }
+        assert!(t.elapsed() < Duration::from_secs(20), "{n} children did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn kill9(pid: u32) {
+    assert!(Command::new("kill").args(["-9", &pid.to_string()]).status().unwrap().success());
+}
+
+#[test]
+fn a_killed_worker_fails_the_run_within_seconds_and_the_next_run_works() {
+    let dir = Dir::new("fault");
+    let (prog, inputs) = setup(&dir);
+    let mut args = vec![prog.display().to_string(), "--processes".into(), "3".into()];
+    args.extend(inputs);
+    args.extend(outputs(&dir, "f"));
+    let mut child = Command::new(TRA)
+        .arg("run")
+        .args(&args)
+        .env("TRA_CLUSTER_TEST_STALL_MS", "3000")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let workers = wait_children(child.id(), 3);
+    std::thread::sleep(Duration::from_millis(1000));
+    let killed = Instant::now();
+    kill9(workers[1]);
+    let out = wait_with_timeout(&mut child, Duration::from_secs(10));
+    let took = killed.elapsed();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(err.contains("died (signal 9) — job failed"), "{err}");
+    assert!(took < Duration::from_secs(5), "took {took:?}");
+    for w in workers {
+        assert!(!alive(w), "worker {w} left behind");
+    }
+    let (ok, out, err) = run(&args, &[]);
+    assert!(ok, "{err}");
+    check_summary(&out);
+}
+
+fn wait_with_timeout(child: &mut Child, t: Duration) -> std::process::Output {
+    let start = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if start.elapsed() > t {
+            let _ = child.kill();
+            panic!("no answer within {t:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut stderr = String::new();
+    use std::io::Read;
+    child.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
+    std::process::Output { status: child.wait().unwrap(), stdout: Vec::new(), stderr: stderr.into_bytes() }
+}
+
+/// Three `tra worker` agents on loopback.
+struct Agents {
+    children: Vec<Child>,
+    hosts: PathBuf,
+}
+
+impl Agents {
+    fn start(dir: &Dir) -> Agents {
+        // Data ports, and control ports 1000 above them.
+        let mut lines = Vec::new();
+        loop {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            let port = l.local_addr().unwrap().port();
+            if port < 60000 && std::net::TcpListener::bind(("127.0.0.1", port + 1000)).is_ok() {
+                lines.push(format!("127.0.0.1:{port}"));
+            }
+            if lines.len() == 3 {
+                break;
+            }
+        }
+        let hosts = dir.path("hosts.txt");
+        std::fs::write(&hosts, format!("# three workers\n{}\n", lines.join("\n"))).unwrap();
+        let mut children = Vec::new();
+        for i in 0..3 {
+            children.push(Agents::spawn(&hosts, i));
+        }
+        std::thread::sleep(Duration::from_millis(300));
+        Agents { children, hosts }
+    }
+
+    fn spawn(hosts: &Path, i: usize) -> Child {
+        Command::new(TRA)
+            .args(["worker", "--process", &i.to_string(), "--hosts", &hosts.display().to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap()
+    }
+}
+
+impl Drop for Agents {
+    fn drop(&mut self) {
+        for c in &mut self.children {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+#[test]
+fn hosts_run_on_worker_agents_and_survive_a_killed_job() {
+    let dir = Dir::new("hosts");
+    let (prog, inputs) = setup(&dir);
+    let mut agents = Agents::start(&dir);
+    let p = prog.display().to_string();
+    let mut threads = vec![p.clone(), "--sites".into(), "3".into(), "--no-progress".into()];
+    threads.extend(inputs.clone());
+    threads.extend(outputs(&dir, "threads"));
+    assert!(run(&threads, &[]).0);
+    let mut args = vec![p.clone(), "--hosts".into(), agents.hosts.display().to_string()];
+    args.extend(inputs.clone());
+    args.extend(outputs(&dir, "hosts"));
+    let (ok, out, err) = run(&args, &[]);
+    assert!(ok, "{err}");
+    check_summary(&out);
+    for o in ["Z", "R"] {
+        same_files(&dir.path(&format!("threads-{o}.npy")), &dir.path(&format!("hosts-{o}.npy")));
+    }
+    // Kill the job process of worker 2 mid-run: the job fails quickly, the agents stay.
+    let mut client = Command::new(TRA)
+        .arg("run")
+        .args(&args)
+        .env("TRA_CLUSTER_TEST_STALL_MS", "3000")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let job = wait_children(agents.children[2].id(), 1)[0];
+    std::thread::sleep(Duration::from_millis(1000));
+    let killed = Instant::now();
+    kill9(job);
+    let out = wait_with_timeout(&mut client, Duration::from_secs(10));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(err.contains("worker 2") && err.contains("died (signal 9)"), "{err}");
+    assert!(killed.elapsed() < Duration::from_secs(5));
+    std::thread::sleep(Duration::from_millis(300));
+    for a in &agents.children {
+        assert!(children(a.id()).is_empty(), "a job process is left behind");
+    }
+    // The next job works; so does one after an agent is restarted.
+    assert!(run(&args, &[]).0);
+    let _ = agents.children[1].kill();
+    let _ = agents.children[1].wait();
+    let (ok, _, err) = run(&args, &[]);
+    assert!(!ok && err.contains("cannot reach the tra worker of process 1"), "{err}");
+    agents.children[1] = Agents::spawn(&agents.hosts, 1);
+    std::thread::sleep(Duration::from_millis(300));
+    let (ok, out, err) = run(&args, &[]);
+    assert!(ok, "{err}");
+    check_summary(&out);
+}

@@ -1,0 +1,99 @@
+//! A small HTTP/1.1 client over a TCP stream and a real server on 127.0.0.1
+//! (port 0), shared by the HTTP test suites.
+#![allow(dead_code)]
+
+use serde_json::Value;
+use std::net::SocketAddr;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tra_api::server::{serve_on, ServerConfig};
+
+/// Start a server with this configuration; its address.
+pub async fn start(config: ServerConfig) -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { serve_on(listener, config).await.expect("serve") });
+    addr
+}
+
+pub struct Response {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl Response {
+    pub fn json(&self) -> Value {
+        serde_json::from_slice(&self.body).unwrap_or_else(|e| {
+            panic!("status {}: body is not JSON ({e}): {}", self.status, String::from_utf8_lossy(&self.body))
+        })
+    }
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
+    }
+    /// The error object, after checking the status and the shape.
+    pub fn error(&self, status: u16) -> Value {
+        let v = self.json();
+        assert_eq!(self.status, status, "expected status {status}, got {}: {v}", self.status);
+        let e = &v["error"];
+        assert!(e["code"].is_string() && e["message"].is_string() && e["at"].is_string(), "not an error object: {v}");
+        assert!(!e["message"].as_str().unwrap().is_empty());
+        e.clone()
+    }
+}
+
+/// One HTTP/1.1 request on a fresh connection (`Connection: close`).
+pub async fn http(addr: SocketAddr, method: &str, path: &str, body: Option<&[u8]>) -> Response {
+    let mut stream = TcpStream::connect(addr).await.expect("connect");
+    let body = body.unwrap_or(b"");
+    let head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    // The server may answer (413) before reading the whole body: ignore write errors.
+    let _ = stream.write_all(head.as_bytes()).await;
+    let _ = stream.write_all(body).await;
+    let mut raw = Vec::new();
+    let mut buf = [0u8; 65536];
+    loop {
+        match tokio::time::timeout(Duration::from_secs(120), stream.read(&mut buf)).await.expect("response in time") {
+            Ok(0) => break,
+            Ok(n) => raw.extend_from_slice(&buf[..n]),
+            Err(_) if !raw.is_empty() => break,
+            Err(e) => panic!("read: {e}"),
+        }
+    }
+    let split = raw.windows(4).position(|w| w == b"\r\n\r\n").expect("end of headers");
+    let head = String::from_utf8_lossy(&raw[..split]).to_string();
+    let mut lines = head.split("\r\n");
+    let status: u16 = lines.next().unwrap().split(' ').nth(1).unwrap().parse().unwrap();
+    let headers: Vec<(String, String)> =
+        lines.filter_map(|l| l.split_once(':').map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))).collect();
+    let mut body = raw[split + 4..].to_vec();
+    let chunked = headers.iter().any(|(k, v)| k.eq_ignore_ascii_case("transfer-encoding") && v.contains("chunked"));
+    if chunked {
+        let mut out = Vec::new();
+        let mut rest = &body[..];
+        loop {
+            let eol = rest.windows(2).position(|w| w == b"\r\n").unwrap();
+            let size = usize::from_str_radix(std::str::from_utf8(&rest[..eol]).unwrap().trim(), 16).unwrap();
+            if size == 0 {
+                break;
+            }
+            out.extend_from_slice(&rest[eol + 2..eol + 2 + size]);
+            rest = &rest[eol + 2 + size + 2..];
+        }
+        body = out;
+    }
+    Response { status, headers, body }
+}
+
+pub async fn get(addr: SocketAddr, path: &str) -> Response {
+    http(addr, "GET", path, None).await
+}
+
+pub async fn post(addr: SocketAddr, path: &str, body: &Value) -> Response {
+    http(addr, "POST", path, Some(body.to_string().as_bytes())).await
+}
+
