@@ -76,14 +76,17 @@ fn measure(name: &str, p: &Program, rules: &[RuleDef], reps: usize) -> Result<Ro
 }
 
 /// Measure every built-in workload and chains of 2, 4, 8 and 16 matmuls.
-pub fn run(reps: usize, chains: &[usize]) -> Result<Vec<Row>, String> {
+pub fn run(reps: usize, chains: &[usize], only: Option<&str>) -> Result<Vec<Row>, String> {
     let rules = tra_rules::all();
     let mut rows = Vec::new();
     for e in examples::all() {
+        if only.is_some_and(|o| !e.name.contains(o)) {
+            continue;
+        }
         let p = Program::from_value(&e.program).map_err(|x| format!("{}: {x}", e.name))?;
         rows.push(measure(e.name, &p, &rules, reps)?);
     }
-    for &n in chains {
+    for &n in chains.iter().filter(|_| only.is_none()) {
         rows.push(measure(&format!("chain of {n} matmuls"), &matmul_chain(n), &rules, reps)?);
     }
     Ok(rows)

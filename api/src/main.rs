@@ -92,6 +92,9 @@ enum Command {
         /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
+        /// Only the workloads whose name contains this.
+        #[arg(long)]
+        only: Option<String>,
     },
     /// List every rewrite rule with its name, equation and condition.
     Rules {
@@ -130,8 +133,8 @@ fn run(cli: Cli) -> Result<(), String> {
             optimize_cmd(&file, format, sites, limits)
         }
         Command::Rules { format } => rules_cmd(format),
-        Command::Bench { reps, chains, json } => {
-            let rows = tra_api::bench::run(reps, &chains)?;
+        Command::Bench { reps, chains, json, only } => {
+            let rows = tra_api::bench::run(reps, &chains, only.as_deref())?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&rows).unwrap());
             } else {
