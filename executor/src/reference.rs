@@ -4,7 +4,7 @@
 //! other executor, for every rewrite rule and for the cost model's float counts,
 //! so it favours plainness over speed everywhere.
 //!
-//! # Semantics (paper 004 §2.1 and §3; DESIGN.md §1, §2)
+//! # Semantics (paper 004 §2.1 and §3)
 //!
 //! Keys are `Vec<u32>`, blocks are `ndarray` arrays (numpy convention: dimension
 //! 0 is the row axis).

@@ -129,13 +129,14 @@ pub fn matmul_rmm() -> RuleDef {
         "(aggregate [0,2] matAdd (join [1] [0] matMul ?x ?y)) = (erase (lagg [0,2] matAdd (shuffle [0,2] (erase \
          (ljoin [0,1,2] [0,1,2] matMul (shuffle [0,1,2] (erase (lmap key:[k0,k1,0..K] id ?px))) \
          (shuffle [0,1,2] (erase (lmap key:[0..I,k0,k1] id ?py))))))))",
-        "both operands are dense with key arity 2 and equal common frontier; I = X's row-block frontier, K = Y's \
-         column-block frontier.",
+        "both operands are dense and non-empty with key arity 2 and equal common frontier; I = X's row-block \
+         frontier, K = Y's column-block frontier.",
         vec![rewrite("matmul-rmm", "matmul-rmm", MATMUL, Guard::Strict, move |eg, _, s| {
             let Some((fx, fy)) = operands(eg, s) else { return vec![] };
             let (x, y) = (get(s, "?x"), get(s, "?y"));
             let dense = |id: Id| logical(eg, id).is_some_and(|l| l.rel.keys == KeySet::Dense);
-            if !dense(x) || !dense(y) {
+            // An empty operand (frontier 0) has nothing to replicate.
+            if !dense(x) || !dense(y) || fx[0] == 0 || fy[1] == 0 {
                 return vec![];
             }
             let (Some(px), Some(py)) = (member(eg, x), member(eg, y)) else { return vec![] };

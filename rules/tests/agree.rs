@@ -1,4 +1,4 @@
-//! Every equality the rules derive holds on data (DESIGN.md §6, Ruler's cvec
+//! Every equality the rules derive holds on data (Ruler's cvec
 //! idea, with the reference interpreter of `tra-executor` as the oracle).
 //!
 //! After saturation, every executable e-node of every class is evaluated on

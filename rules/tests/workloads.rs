@@ -1,4 +1,4 @@
-//! Larger programs (DESIGN.md §5): one SGD step of a two-layer network,
+//! Larger programs: one SGD step of a two-layer network,
 //! a distance computation with filters and maps, a long matmul chain. The full
 //! rule set must saturate on each without a merge panicking, and every output
 //! must get an executable member. The optimizer's driver (default scheduler,

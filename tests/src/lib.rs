@@ -1,4 +1,6 @@
-//! Shared helpers of tra's test suites: program builders and a random program generator.
+//! Shared helpers of tra's test suites: program builders, a random program
+//! generator, the value oracle of the e-graph analysis ([`oracle`]) and the
+//! rule-soundness harness ([`soundness`]).
 #![allow(missing_docs)]
 
 use tra_optimizer::Program;
@@ -27,3 +29,5 @@ pub fn matmul_program(i: u32, j: u32, k: u32, block: usize, sites: usize) -> Pro
 }
 
 pub mod gen;
+pub mod oracle;
+pub mod soundness;

@@ -73,3 +73,30 @@ fn optimized_plans_agree_with_the_tra_interpreter() {
     }
     assert!(plans_run as u64 >= cases(), "every program runs at least its chosen plan");
 }
+
+/// The workloads of `examples/`, shrunk to small key bounds and blocks
+/// (`tra_tests::soundness::workloads`): every alternative plan the optimizer
+/// gives computes the TRA program's result and moves the predicted floats.
+#[test]
+fn shrunk_workloads_agree_with_the_tra_interpreter() {
+    let rules = tra_rules::all();
+    for (name, p) in tra_tests::soundness::workloads::shrunk_examples() {
+        let sites = p.cluster().sites;
+        let inputs = inputs_for(&p, 3);
+        let expected = eval_tra(&p, &inputs).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let answer = optimize(&p, &rules, &Limits::default()).unwrap_or_else(|e| panic!("{name}: optimize failed: {e}"));
+        for alt in &answer.alternatives {
+            for layout in [AnyLayout::Seeded(1), AnyLayout::RoundRobin] {
+                let run = eval_ia(&alt.plan, sites, &inputs, layout)
+                    .unwrap_or_else(|e| panic!("{name}, {}: {e}\n{}", alt.label, alt.plan.to_sexpr()));
+                let got = run.erased_outputs().unwrap_or_else(|e| panic!("{name}, {}: {e}\n{}", alt.label, alt.plan.to_sexpr()));
+                for o in &p.outputs {
+                    compare(&expected[o], &got[o], 1e-9).unwrap_or_else(|e| {
+                        panic!("{name}, {}, output {o}: {e}\nplan:\n{}", alt.label, alt.plan.to_sexpr())
+                    });
+                }
+                assert_eq!(run.total_floats_moved(), alt.cost.network_floats, "{name}, {}: floats moved", alt.label);
+            }
+        }
+    }
+}

@@ -6,9 +6,9 @@
 //! broadcast moved must equal the optimizer's prediction exactly, node by
 //! node and in total. Table-1 plans (no rewriting) are checked the same way.
 
-use std::collections::BTreeMap;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
+use std::collections::BTreeMap;
 use tra_executor::reference::{self, compare, eval_tra, random_relation, AnyLayout, PhysRelation, Relation};
 use tra_executor::threads;
 use tra_optimizer::check::{check_plan, check_program};
@@ -44,11 +44,22 @@ fn compare_phys(expected: &PhysRelation, actual: &PhysRelation) -> Result<(), St
 
 /// Run one plan both ways and check everything; `predicted_total` is the
 /// optimizer's figure for the plan, when there is one.
-fn check_run(tag: &str, plan: &Plan, sites: usize, inputs: &BTreeMap<String, Relation>, tra: &BTreeMap<String, Relation>, predicted_total: Option<u64>, seed: u64) {
-    let typed = check_plan(plan, sites).unwrap_or_else(|e| panic!("{tag}: the plan does not check: {e}\n{}", plan.to_sexpr()));
+fn check_run(
+    tag: &str,
+    plan: &Plan,
+    sites: usize,
+    inputs: &BTreeMap<String, Relation>,
+    tra: &BTreeMap<String, Relation>,
+    predicted_total: Option<u64>,
+    seed: u64,
+) {
+    let typed =
+        check_plan(plan, sites).unwrap_or_else(|e| panic!("{tag}: the plan does not check: {e}\n{}", plan.to_sexpr()));
     let layout = AnyLayout::Seeded(seed ^ sites as u64);
-    let want = reference::eval_ia(plan, sites, inputs, layout).unwrap_or_else(|e| panic!("{tag}: reference: {e}\n{}", plan.to_sexpr()));
-    let got = threads::eval_ia(plan, sites, inputs, layout).unwrap_or_else(|e| panic!("{tag}: threads: {e}\n{}", plan.to_sexpr()));
+    let want = reference::eval_ia(plan, sites, inputs, layout)
+        .unwrap_or_else(|e| panic!("{tag}: reference: {e}\n{}", plan.to_sexpr()));
+    let got = threads::eval_ia(plan, sites, inputs, layout)
+        .unwrap_or_else(|e| panic!("{tag}: threads: {e}\n{}", plan.to_sexpr()));
     for o in &plan.outputs {
         compare_phys(&want.outputs[o], &got.outputs[o])
             .unwrap_or_else(|e| panic!("{tag}, output {o}: physical outputs differ: {e}\nplan:\n{}", plan.to_sexpr()));
@@ -68,7 +79,12 @@ fn check_run(tag: &str, plan: &Plan, sites: usize, inputs: &BTreeMap<String, Rel
     }
     assert_eq!(got.total_floats_moved(), total, "{tag}: total floats moved");
     if let Some(p) = predicted_total {
-        assert_eq!(got.total_floats_moved(), p, "{tag}: measured floats differ from the optimizer's prediction\n{}", plan.to_sexpr());
+        assert_eq!(
+            got.total_floats_moved(),
+            p,
+            "{tag}: measured floats differ from the optimizer's prediction\n{}",
+            plan.to_sexpr()
+        );
     }
 }
 
@@ -87,9 +103,18 @@ fn check_program_all_sites(seed: u64, max_nodes: usize) {
         let table1 = compile(&q, &typed);
         check_run(&format!("seed {seed}, {sites} sites, Table-1 plan"), &table1, sites, &inputs, &tra, None, seed);
         // The optimizer's choice and every alternative.
-        let answer = optimize(&q, &rules, &limits).unwrap_or_else(|e| panic!("seed {seed}, {sites} sites: optimize: {e}\n{}", p.to_sexpr()));
+        let answer = optimize(&q, &rules, &limits)
+            .unwrap_or_else(|e| panic!("seed {seed}, {sites} sites: optimize: {e}\n{}", p.to_sexpr()));
         assert_eq!(answer.alternatives[0].cost.network_floats, answer.cost.network_floats);
-        check_run(&format!("seed {seed}, {sites} sites, chosen plan"), &answer.plan, sites, &inputs, &tra, Some(answer.cost.network_floats), seed);
+        check_run(
+            &format!("seed {seed}, {sites} sites, chosen plan"),
+            &answer.plan,
+            sites,
+            &inputs,
+            &tra,
+            Some(answer.cost.network_floats),
+            seed,
+        );
         for (i, alt) in answer.alternatives.iter().enumerate() {
             let tag = format!("seed {seed}, {sites} sites, alternative {i} ({})", alt.label);
             check_run(&tag, &alt.plan, sites, &inputs, &tra, Some(alt.cost.network_floats), seed);
@@ -111,9 +136,25 @@ fn matmul_workloads_measured_floats_equal_predicted() {
         let inputs = inputs_for(&p, 11);
         let tra = eval_tra(&p, &inputs).unwrap();
         let answer = optimize(&p, &tra_rules::all(), &Limits::default()).unwrap();
-        check_run(&format!("matmul {i}x{j}x{k} on {sites}"), &answer.plan, sites, &inputs, &tra, Some(answer.cost.network_floats), 3);
+        check_run(
+            &format!("matmul {i}x{j}x{k} on {sites}"),
+            &answer.plan,
+            sites,
+            &inputs,
+            &tra,
+            Some(answer.cost.network_floats),
+            3,
+        );
         for alt in &answer.alternatives {
-            check_run(&format!("matmul {i}x{j}x{k} on {sites}: {}", alt.label), &alt.plan, sites, &inputs, &tra, Some(alt.cost.network_floats), 3);
+            check_run(
+                &format!("matmul {i}x{j}x{k} on {sites}: {}", alt.label),
+                &alt.plan,
+                sites,
+                &inputs,
+                &tra,
+                Some(alt.cost.network_floats),
+                3,
+            );
         }
     }
 }
