@@ -5,4 +5,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo test --workspace --no-fail-fast "$@"
 bash scripts/client-test.sh
+python3 scripts/einsum-numpy-test.py
 bash scripts/web-test.sh

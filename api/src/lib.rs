@@ -4,3 +4,5 @@ pub mod examples;
 pub mod server;
 pub mod run;
 pub mod bench;
+pub mod einsum;
+pub mod cluster;

@@ -96,6 +96,19 @@ enum Command {
         #[arg(long)]
         only: Option<String>,
     },
+    /// Optimize a program and run it on worker threads, or across processes
+    /// with `--processes N` or `--hosts FILE`, reading and writing `.npy` files.
+    Run {
+        #[command(flatten)]
+        run: tra_api::run::RunArgs,
+        #[command(flatten)]
+        cluster: tra_api::cluster::ClusterArgs,
+    },
+    /// A cluster worker process (started on each node with its index and the host file).
+    Worker(tra_api::cluster::WorkerArgs),
+    /// Compile an einsum expression to TRA, optimize it, run it on dense .npy
+    /// operands and write the dense result.
+    Einsum(tra_api::einsum::EinsumArgs),
     /// List every rewrite rule with its name, equation and condition.
     Rules {
         /// Output format.
@@ -133,6 +146,20 @@ fn run(cli: Cli) -> Result<(), String> {
             optimize_cmd(&file, format, sites, limits)
         }
         Command::Rules { format } => rules_cmd(format),
+        Command::Run { run, cluster } => {
+            let summary = if cluster.active() {
+                tra_api::cluster::run_cluster_command(&run, &cluster)?
+            } else {
+                tra_api::run::run_command(run)?
+            };
+            println!("{summary}");
+            Ok(())
+        }
+        Command::Worker(args) => tra_api::cluster::worker_command(args),
+        Command::Einsum(args) => {
+            println!("{}", tra_api::einsum::einsum_command(args)?);
+            Ok(())
+        }
         Command::Bench { reps, chains, json, only } => {
             let rows = tra_api::bench::run(reps, &chains, only.as_deref())?;
             if json {

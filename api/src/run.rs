@@ -142,10 +142,8 @@ pub fn run_command(args: RunArgs) -> Result<String, String> {
                 [] => Dtype::F64,
                 [d] => *d,
                 _ => {
-                    let list: Vec<String> = dtypes
-                        .iter()
-                        .map(|(n, d)| format!("{} is {}", inputs[n].display(), d.numpy_name()))
-                        .collect();
+                    let list: Vec<String> =
+                        dtypes.iter().map(|(n, d)| format!("{} is {}", inputs[n].display(), d.numpy_name())).collect();
                     return Err(format!(
                         "the inputs have different dtypes ({}): pass --dtype f32 or --dtype f64 to convert them",
                         list.join(", ")
@@ -184,8 +182,10 @@ fn run_typed<T: Elem>(c: &Ctx<'_>) -> Result<serde_json::Value, String> {
     let cluster = c.p.cluster();
     let sites = cluster.sites;
     let plan = &c.answer.plan;
-    let typed = check_plan(plan, sites).map_err(|e| format!("internal error: the chosen plan does not check: {}", report(&e)))?;
-    let predicted = plan_report(plan, &typed, sites, Weights { network: cluster.network_weight, compute: cluster.compute_weight });
+    let typed = check_plan(plan, sites)
+        .map_err(|e| format!("internal error: the chosen plan does not check: {}", report(&e)))?;
+    let predicted =
+        plan_report(plan, &typed, sites, Weights { network: cluster.network_weight, compute: cluster.compute_weight });
     let rt: ThreadRuntime<T> = match c.args.threads {
         Some(n) => ThreadRuntime::with_threads(n),
         None => ThreadRuntime::new(),
@@ -233,10 +233,11 @@ fn run_typed<T: Elem>(c: &Ctx<'_>) -> Result<serde_json::Value, String> {
     for (name, value) in &run.outputs {
         let rel = value.erase().map_err(|e| format!("output `{name}`: {e}"))?;
         let t = &typed.types[name];
-        let (sum, abs) = rel.tuples.iter().flat_map(|(_, b)| b.as_slice().iter()).fold((0.0f64, 0.0f64), |(s, a), &x| {
-            let x = x.to_f64();
-            (s + x, a + x.abs())
-        });
+        let (sum, abs) =
+            rel.tuples.iter().flat_map(|(_, b)| b.as_slice().iter()).fold((0.0f64, 0.0f64), |(s, a), &x| {
+                let x = x.to_f64();
+                (s + x, a + x.abs())
+            });
         let mut info = json!({
             "key_bounds": t.rel.frontier, "array_bounds": t.rel.array_bounds, "tuples": rel.len(),
             "checksum": {"sum": sum, "abs_sum": abs},

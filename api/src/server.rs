@@ -65,6 +65,7 @@ pub const ROUTES: &[(&str, &str, &str)] = &[
     ("GET", "/v1/examples", "Example programs by name: {name: {description, program}}"),
     ("POST", "/v1/optimize", "Optimize a TRA program into a distributed IA plan"),
     ("POST", "/v1/execute", "Optimize a program and run the chosen plan on given or random data"),
+    ("POST", "/v1/einsum", "Compile an einsum expression into a TRA program over blocked tensors and optimize it"),
 ];
 
 /// How the service runs, and the limits that keep it safe. Every limit that
@@ -255,6 +256,7 @@ pub fn router(config: ServerConfig) -> Router {
         .route("/v1/examples", get(examples_handler))
         .route("/v1/optimize", post(optimize_handler))
         .route("/v1/execute", post(execute::execute_handler))
+        .route("/v1/einsum", post(crate::einsum::einsum_handler))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(body_limit))

@@ -3,7 +3,6 @@
 //! prediction, a worker killed mid-run fails the job within seconds with a
 //! clear error and leaves no process behind, and the next job runs.
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -209,16 +208,15 @@ struct Agents {
 
 impl Agents {
     fn start(dir: &Dir) -> Agents {
-        // Data ports, and control ports 1000 above them.
+        // Data ports, and control ports 1000 above them, below the ephemeral
+        // range (outgoing connections cannot take them meanwhile).
         let mut lines = Vec::new();
-        loop {
-            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-            let port = l.local_addr().unwrap().port();
-            if port < 60000 && std::net::TcpListener::bind(("127.0.0.1", port + 1000)).is_ok() {
+        let mut port = 20000 + (std::process::id() % 4000) as u16 * 2;
+        while lines.len() < 3 {
+            port += 1;
+            let free = |p: u16| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok();
+            if free(port) && free(port + 1000) {
                 lines.push(format!("127.0.0.1:{port}"));
-            }
-            if lines.len() == 3 {
-                break;
             }
         }
         let hosts = dir.path("hosts.txt");
@@ -232,12 +230,17 @@ impl Agents {
     }
 
     fn spawn(hosts: &Path, i: usize) -> Child {
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(hosts.with_extension(format!("worker{i}.log"))).unwrap();
         Command::new(TRA)
             .args(["worker", "--process", &i.to_string(), "--hosts", &hosts.display().to_string()])
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(log)
             .spawn()
             .unwrap()
+    }
+
+    fn logs(&self) -> String {
+        (0..3).map(|i| std::fs::read_to_string(self.hosts.with_extension(format!("worker{i}.log"))).unwrap_or_default()).collect()
     }
 }
 
@@ -264,7 +267,7 @@ fn hosts_run_on_worker_agents_and_survive_a_killed_job() {
     args.extend(inputs.clone());
     args.extend(outputs(&dir, "hosts"));
     let (ok, out, err) = run(&args, &[]);
-    assert!(ok, "{err}");
+    assert!(ok, "{err}\nworkers:\n{}", agents.logs());
     check_summary(&out);
     for o in ["Z", "R"] {
         same_files(&dir.path(&format!("threads-{o}.npy")), &dir.path(&format!("hosts-{o}.npy")));

@@ -12,7 +12,7 @@
 //! that aggregation uses for the other kernels.
 
 use ndarray::{ArrayD, ArrayView2, Axis, Ix2, IxDyn, Slice, Zip};
-use tra_optimizer::kernel::{KernelError, KernelRef};
+use tra_optimizer::kernel::{EinSumSpec, KernelError, KernelRef};
 
 /// A block: an n-dimensional array of `f64`.
 pub type Block = ArrayD<f64>;
@@ -280,9 +280,137 @@ fn named_other(kernel: &KernelRef, name: &str, args: &[String], inputs: &[&Block
                 "{kernel} is applied by the aggregation operator to a group's pieces (concat_pieces), not pairwise"
             )))
         }
+        "einSum" => einsum_named(kernel, args, inputs)?,
         other => return Err(KernelError::BadUse(format!("kernel `{other}` has no implementation in the executor"))),
     };
     Ok(vec![out])
+}
+
+/// `einSum(spec)` from its kernel reference.
+fn einsum_named(kernel: &KernelRef, args: &[String], inputs: &[&Block]) -> Result<Block, KernelError> {
+    let spec = args
+        .first()
+        .and_then(|a| EinSumSpec::parse(a).ok())
+        .ok_or_else(|| KernelError::BadUse(format!("{kernel}: the spec is missing or does not parse")))?;
+    einsum(&spec, inputs)
+}
+
+/// Einstein summation of one or two blocks ([`EinSumSpec`], paper 004's
+/// `einSumOp`). A binary spec without a letter repeated inside an operand
+/// runs as a batched matrix product: each operand is first summed over the
+/// letters only it has (and the output lacks), then permuted to
+/// `[batch, free, contracted]` / `[batch, contracted, free]` and multiplied
+/// batch by batch with ndarray's GEMM; the product is permuted to the output's
+/// letter order. Anything else (diagonals, unary specs) runs as plain loops
+/// over every assignment of the letters. The result is row-major.
+pub fn einsum(spec: &EinSumSpec, inputs: &[&Block]) -> Result<Block, KernelError> {
+    let shapes: Vec<&[usize]> = inputs.iter().map(|b| b.shape()).collect();
+    let sizes = spec.sizes(&shapes).map_err(|e| KernelError::BadShape(format!("einSum({spec}): {e}")))?;
+    let distinct = |l: &[char]| l.iter().enumerate().all(|(i, c)| !l[..i].contains(c));
+    if inputs.len() == 2 && spec.inputs.iter().all(|l| distinct(l)) {
+        return einsum_pair(spec, &sizes, inputs[0], inputs[1]);
+    }
+    Ok(einsum_loops(spec, &sizes, inputs))
+}
+
+fn size_of(sizes: &[(char, usize)], c: char) -> usize {
+    sizes.iter().find(|(d, _)| *d == c).map_or(0, |&(_, n)| n)
+}
+
+/// Sums `b` (letters `l`) over the letters not in `keep`; returns the rest.
+fn sum_out(b: &Block, l: &[char], keep: impl Fn(char) -> bool) -> (Block, Vec<char>) {
+    let mut b = b.clone();
+    let mut letters = l.to_vec();
+    for axis in (0..l.len()).rev() {
+        if !keep(l[axis]) {
+            b = b.sum_axis(Axis(axis));
+            letters.remove(axis);
+        }
+    }
+    (b, letters)
+}
+
+/// Permutes `b` (letters `l`) into the order `want` and reshapes it to `dims`.
+fn arrange(b: &Block, l: &[char], want: &[char], dims: &[usize]) -> Result<Block, KernelError> {
+    let perm: Vec<usize> = want.iter().map(|c| l.iter().position(|d| d == c).expect("a letter of the operand")).collect();
+    let p = b.view().permuted_axes(IxDyn(&perm));
+    p.to_shape(IxDyn(dims))
+        .map(|c| c.into_owned())
+        .map_err(|e| KernelError::BadShape(format!("einSum: cannot reshape: {e}")))
+}
+
+fn einsum_pair(spec: &EinSumSpec, sizes: &[(char, usize)], a: &Block, b: &Block) -> Result<Block, KernelError> {
+    let (la, lb, out) = (&spec.inputs[0], &spec.inputs[1], &spec.output);
+    let (a, la) = sum_out(a, la, |c| out.contains(&c) || lb.contains(&c));
+    let (b, lb) = sum_out(b, lb, |c| out.contains(&c) || la.contains(&c));
+    let batch: Vec<char> = la.iter().copied().filter(|c| lb.contains(c) && out.contains(c)).collect();
+    let contracted: Vec<char> = la.iter().copied().filter(|c| lb.contains(c) && !out.contains(c)).collect();
+    let left: Vec<char> = la.iter().copied().filter(|c| !lb.contains(c)).collect();
+    let right: Vec<char> = lb.iter().copied().filter(|c| !la.contains(c)).collect();
+    let n = |l: &[char]| l.iter().map(|&c| size_of(sizes, c)).product::<usize>();
+    let (nb, nl, nc, nr) = (n(&batch), n(&left), n(&contracted), n(&right));
+    let cat = |parts: &[&[char]]| parts.concat();
+    let a3 = arrange(&a, &la, &cat(&[&batch, &left, &contracted]), &[nb, nl, nc])?;
+    let b3 = arrange(&b, &lb, &cat(&[&batch, &contracted, &right]), &[nb, nc, nr])?;
+    let mut r = ndarray::Array3::<f64>::zeros((nb, nl, nr));
+    for i in 0..nb {
+        let ai = a3.index_axis(Axis(0), i).into_dimensionality::<Ix2>().expect("rank 2");
+        let bi = b3.index_axis(Axis(0), i).into_dimensionality::<Ix2>().expect("rank 2");
+        let mut ri = r.index_axis_mut(Axis(0), i);
+        ndarray::linalg::general_mat_mul(1.0, &ai, &bi, 0.0, &mut ri);
+    }
+    let have = cat(&[&batch, &left, &right]);
+    let dims: Vec<usize> = have.iter().map(|&c| size_of(sizes, c)).collect();
+    let r = r.into_dyn().to_shape(IxDyn(&dims)).map_err(|e| KernelError::BadShape(format!("einSum: {e}")))?.into_owned();
+    let out_dims: Vec<usize> = out.iter().map(|&c| size_of(sizes, c)).collect();
+    let o = arrange(&r, &have, out, &out_dims)?;
+    Ok(o.as_standard_layout().into_owned())
+}
+
+/// Every assignment of the letters, one multiply-add each.
+fn einsum_loops(spec: &EinSumSpec, sizes: &[(char, usize)], inputs: &[&Block]) -> Block {
+    let letters: Vec<char> = sizes.iter().map(|&(c, _)| c).collect();
+    let extent: Vec<usize> = sizes.iter().map(|&(_, n)| n).collect();
+    // Per operand (and the output), the stride of each letter: the sum of the
+    // strides of the axes it names (a repeated letter walks the diagonal).
+    let coefs = |l: &[char], shape: &[usize]| -> Vec<usize> {
+        let mut strides = vec![0usize; l.len()];
+        let mut acc = 1;
+        for ax in (0..l.len()).rev() {
+            strides[ax] = acc;
+            acc *= shape[ax];
+        }
+        letters.iter().map(|c| l.iter().zip(&strides).filter(|(d, _)| *d == c).map(|(_, s)| s).sum()).collect()
+    };
+    let data: Vec<ndarray::CowArray<'_, f64, IxDyn>> = inputs.iter().map(|b| b.as_standard_layout()).collect();
+    let in_coefs: Vec<Vec<usize>> = spec.inputs.iter().zip(inputs).map(|(l, b)| coefs(l, b.shape())).collect();
+    let out_shape: Vec<usize> = spec.output.iter().map(|&c| size_of(sizes, c)).collect();
+    let out_coefs = coefs(&spec.output, &out_shape);
+    let mut out = vec![0.0f64; out_shape.iter().product()];
+    if extent.iter().all(|&n| n > 0) {
+        let slices: Vec<&[f64]> = data.iter().map(|d| d.as_slice().expect("standard layout")).collect();
+        let mut idx = vec![0usize; letters.len()];
+        'terms: loop {
+            let mut prod = 1.0;
+            for (x, c) in slices.iter().zip(&in_coefs) {
+                prod *= x[idx.iter().zip(c).map(|(i, s)| i * s).sum::<usize>()];
+            }
+            out[idx.iter().zip(&out_coefs).map(|(i, s)| i * s).sum::<usize>()] += prod;
+            let mut d = idx.len();
+            loop {
+                if d == 0 {
+                    break 'terms;
+                }
+                d -= 1;
+                idx[d] += 1;
+                if idx[d] < extent[d] {
+                    break;
+                }
+                idx[d] = 0;
+            }
+        }
+    }
+    Block::from_shape_vec(IxDyn(&out_shape), out).expect("the output shape")
 }
 
 #[cfg(test)]
@@ -350,6 +478,7 @@ mod tests {
             "offsetIndex" => (k("offsetIndex(8)"), s(&[&[3, 2]]), 3),
             "tile" => (k("tile(1,2)"), s(&[&[3, 6]]), 0),
             "concat" => (k("concat(0,1)"), s(&[&[3, 2], &[3, 2]]), 0),
+            "einSum" => (k("einSum(ij_jk_ik)"), s(&[&[3, 4], &[4, 5]]), 2 * 3 * 4 * 5),
             _ => return None,
         })
     }
@@ -676,5 +805,40 @@ mod tests {
             let indexed: Vec<(u32, &Block)> = out.iter().enumerate().map(|(i, p)| (i as u32, p)).collect();
             proptest::prop_assert_eq!(concat_pieces(&indexed, dim, pieces as u32).unwrap(), x);
         }
+    }
+
+    /// The batched-GEMM path of einSum against the loops, and known values.
+    #[test]
+    fn einsum_paths_agree() {
+        let mut rng = rng();
+        let a = random(&mut rng, &[3, 4]);
+        let b = random(&mut rng, &[4, 5]);
+        assert!(close(&one("einSum(ij_jk_ik)", &[&a, &b]), &one("matMul", &[&a, &b])));
+        let c = random(&mut rng, &[4, 3]);
+        assert!(close(&one("einSum(ji_jk_ik)", &[&b, &c]), &one("matMulTN", &[&b, &c])));
+        let sq = random(&mut rng, &[4, 4]);
+        assert!(close(&one("einSum(ii_i)", &[&sq]), &one("diag", &[&sq])));
+        assert!(close(&one("einSum(ij_ji)", &[&a]), &one("transpose", &[&a])));
+        assert!(close(&one("einSum(ij_i)", &[&a]), &one("rowSum", &[&a])));
+        let trace = one("einSum(ii_)", &[&sq]);
+        assert_eq!(trace.shape(), &[] as &[usize]);
+        assert!((trace[IxDyn(&[])] - (0..4).map(|i| sq[[i, i]]).sum::<f64>()).abs() < 1e-12);
+        let dims = |l: &str| l.chars().map(|c| 2 + (c as usize - 'a' as usize) % 3).collect::<Vec<usize>>();
+        for spec in [
+            "ij_jk_ik", "ij_jk_ki", "bij_bjk_bik", "ijk_jkl_il", "i_j_ij", "i_i_", "i_i_i", "ij_ij_", "ab_cd_dcba",
+            "abc_cab_b", "ab_b_a", "_ab_ba", "ab__ab", "__", "abc_bd_adc", "ab_ab_ba",
+        ] {
+            let spec = EinSumSpec::parse(spec).unwrap();
+            let ins: Vec<Block> = spec.inputs.iter().map(|l| random(&mut rng, &dims(&l.iter().collect::<String>()))).collect();
+            let refs: Vec<&Block> = ins.iter().collect();
+            let sizes = spec.sizes(&refs.iter().map(|b| b.shape()).collect::<Vec<_>>()).unwrap();
+            let fast = einsum(&spec, &refs).unwrap();
+            let slow = einsum_loops(&spec, &sizes, &refs);
+            assert!(fast.is_standard_layout());
+            assert!(close(&fast, &slow), "{spec}: {fast} vs {slow}");
+            assert!(close(&apply(&spec.kernel(), &refs).unwrap()[0], &slow), "{spec}");
+        }
+        // Shapes the spec does not accept are the catalog's errors.
+        assert!(matches!(apply(&k("einSum(ij_jk_ik)"), &[&a, &a]), Err(KernelError::BadShape(_))));
     }
 }

@@ -3,3 +3,6 @@
 
 pub mod kernels;
 pub mod reference;
+pub mod npy;
+pub mod threads;
+pub mod cluster;

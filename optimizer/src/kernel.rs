@@ -41,6 +41,7 @@
 //! | `offsetIndex(o)` | `[m,2]→[m,2]`: adds `o` to column 1 | m |
 //! | `tile(dim,size)` | `s→` pieces of `s` with `s[dim]` = `size`; `s[dim]/size` blocks | 0 |
 //! | `concat(key_dim,array_dim)` | applied by the aggregation operator, see below | 0 |
+//! | `einSum(spec)` | Einstein summation inside a block, see below | see below |
 //!
 //! # Arg-min across blocks
 //!
@@ -61,6 +62,24 @@
 //! cannot know the number of pieces: it returns the (common) piece shape, and
 //! the caller multiplies bound `array_dim` by the piece count. `concat` cannot
 //! appear in a composition.
+//!
+//! # `einSum`
+//!
+//! `einSum(spec)` is paper 004 §2.2's `einSumOp`: Einstein summation inside a
+//! block. Its one argument is not a number but a *spec*: the operands' letters
+//! and then the output's, separated by `_` — `einSum(ij_jk_ik)` is numpy's
+//! `einsum("ij,jk->ik")`. One operand makes it unary (`einSum(ii_i)`: diagonal,
+//! `einSum(ij_ji)`: transpose, `einSum(ij_i)`: row sums, `einSum(ii_)`:
+//! trace); two make it binary. Letters are ASCII letters; a letter repeated
+//! within an operand takes a diagonal; letters absent from the output are
+//! summed; an empty part is a scalar (a block of rank 0, shape `[]`). The
+//! output's letters are distinct and each appears in an operand; every
+//! occurrence of a letter must have the same size ([`EinSumSpec`]). Flops:
+//! `∏ size(letter)` over all distinct letters is the number of terms; a
+//! binary einSum counts 2 per term when it sums a letter (`einSum(ij_jk_ik)`
+//! on `[m,k]×[k,n]` is `2mkn`, as `matMul`), 1 otherwise (products only); a
+//! unary one counts 1 per term when it sums a letter, else 0 (a selection or
+//! permutation, as `diag` and `transpose`). Its arity comes from the spec.
 //!
 //! # Compositions
 //!
@@ -386,6 +405,21 @@ static CATALOG: &[KernelInfo] = &[
         elementwise: false,
         distributes_over: &[],
     },
+    KernelInfo {
+        name: EINSUM,
+        arity: 2,
+        params: &["spec"],
+        doc: "Einstein summation inside a block (paper 004's einSumOp). The spec lists the operands' letters, then \
+              the output's, separated by `_`: einSum(ij_jk_ik) is numpy's einsum('ij,jk->ik') = matMul, \
+              einSum(bij_bjk_bik) a batched product. With one operand it is unary: einSum(ii_i) diagonal, \
+              einSum(ij_ji) transpose, einSum(ij_i) row sums, einSum(ii_) trace (an empty part is a scalar, shape []). \
+              A letter repeated in an operand takes a diagonal; letters not in the output are summed; all \
+              occurrences of a letter must have one size. Flops: T = ∏ sizes of the distinct letters; binary 2T \
+              when it sums a letter, else T; unary T when it sums a letter, else 0.",
+        assoc_comm: false,
+        elementwise: false,
+        distributes_over: &[],
+    },
 ];
 
 /// Every catalog entry.
@@ -462,6 +496,8 @@ enum Kernel {
     Concat {
         array_dim: usize,
     },
+    /// `einSum(spec)`: shapes and flops come from the spec ([`EinSumSpec`]).
+    EinSum,
 }
 
 /// Decodes a name and its arguments: the entry must exist and the arguments
@@ -478,6 +514,10 @@ fn resolve(name: &str, args: &[String]) -> Result<Kernel, KernelError> {
             n => format!("{n} arguments ({})", info.params.join(", ")),
         };
         return Err(KernelError::BadUse(format!("{name} takes {wanted}, got {}", args.len())));
+    }
+    if name == EINSUM {
+        EinSumSpec::parse(&args[0]).map_err(|e| KernelError::BadUse(format!("{name}({}): {e}", args[0])))?;
+        return Ok(Kernel::EinSum);
     }
     let mut ints = Vec::new();
     for (param, arg) in info.params.iter().zip(args) {
@@ -652,6 +692,8 @@ fn named_shape(label: &str, k: Kernel, inputs: &[&[usize]]) -> Result<(Vec<usize
             piece[dim] = size;
             Ok((piece, a[dim] / size))
         }
+        // Decoded from the spec by `KernelRef::shape_info`, which never comes here.
+        Kernel::EinSum => Err(KernelError::BadUse(format!("{label}: the shape of einSum comes from its spec"))),
     }
 }
 
@@ -673,6 +715,8 @@ fn named_flops(k: Kernel, inputs: &[&[usize]]) -> u64 {
         Kernel::ColSum => d(0, 0).saturating_sub(1).saturating_mul(d(0, 1)),
         Kernel::MinPair | Kernel::OffsetIndex => d(0, 0),
         Kernel::Diag | Kernel::Transpose | Kernel::Tile { .. } | Kernel::Concat { .. } => 0,
+        // Counted from the spec by `KernelRef::flops`.
+        Kernel::EinSum => 0,
     }
 }
 
@@ -747,8 +791,17 @@ impl<'a> Parser<'a> {
             if text.is_empty() {
                 return Err(self.err("empty argument"));
             }
-            let arg = canonical_number(text)
-                .ok_or_else(|| self.err(format!("argument `{text}` of {name} is not a number")))?;
+            let arg = match canonical_number(text) {
+                Some(a) => a,
+                // einSum's spec is a word of letters and `_`, kept as written.
+                None if name == EINSUM && is_spec_token(text) => text.to_string(),
+                None if name == EINSUM => {
+                    return Err(self.err(format!(
+                        "argument `{text}` of {name} is not a spec of letters and `_` like `ij_jk_ik`"
+                    )))
+                }
+                None => return Err(self.err(format!("argument `{text}` of {name} is not a number"))),
+            };
             args.push(arg);
             let sep = self.rest[end..].chars().next();
             self.rest = &self.rest[end + 1..];
@@ -811,6 +864,9 @@ impl KernelRef {
     /// Number of block operands (0 for an unknown name; `check` reports it).
     pub fn arity(&self) -> usize {
         match self {
+            KernelRef::Named { name, args } if name == EINSUM => {
+                args.first().and_then(|a| EinSumSpec::parse(a).ok()).map_or(0, |s| s.inputs.len())
+            }
             KernelRef::Named { name, .. } => lookup(name).map_or(0, |k| k.arity),
             KernelRef::Compose(_, inner) => inner.arity(),
         }
@@ -828,6 +884,11 @@ impl KernelRef {
             )));
         }
         match self {
+            KernelRef::Named { name, args } if name == EINSUM => {
+                let spec = EinSumSpec::parse(&args[0]).map_err(KernelError::BadUse)?;
+                let shape = spec.output_shape(inputs).map_err(|e| KernelError::BadShape(format!("{self}: {e}")))?;
+                Ok((shape, 1))
+            }
             KernelRef::Named { name, args } => named_shape(&self.to_string(), resolve(name, args)?, inputs),
             KernelRef::Compose(outer, inner) => {
                 let (mid, n) = inner.shape_info(inputs)?;
@@ -858,6 +919,9 @@ impl KernelRef {
             return 0;
         }
         match self {
+            KernelRef::Named { name, args } if name == EINSUM => {
+                EinSumSpec::parse(&args[0]).map_or(0, |spec| spec.flops(inputs))
+            }
             KernelRef::Named { name, args } => resolve(name, args).map_or(0, |k| named_flops(k, inputs)),
             KernelRef::Compose(outer, inner) => {
                 if !(outer.is_elementwise() && inner.is_elementwise())
@@ -910,6 +974,119 @@ impl KernelRef {
             KernelRef::Named { .. } => self.to_string(),
             KernelRef::Compose(o, i) => format!("(compose {} {})", o.to_sexpr(), i.to_sexpr()),
         }
+    }
+}
+
+/// The name of the Einstein-summation kernel.
+pub const EINSUM: &str = "einSum";
+
+/// An argument word of einSum: letters and `_`.
+fn is_spec_token(text: &str) -> bool {
+    !text.is_empty() && text.chars().all(|c| c.is_ascii_alphabetic() || c == '_')
+}
+
+/// The spec of an `einSum` kernel (see the module doc): each operand's letters
+/// and the output's, written `ij_jk_ik`. `parse(s).to_string() == s`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct EinSumSpec {
+    /// Letters of each operand, one or two operands.
+    pub inputs: Vec<Vec<char>>,
+    /// Letters of the output: distinct, each in some operand.
+    pub output: Vec<char>,
+}
+
+impl EinSumSpec {
+    /// Parse `ij_jk_ik` (binary) or `ii_i` (unary).
+    pub fn parse(text: &str) -> Result<EinSumSpec, String> {
+        if let Some(c) = text.chars().find(|c| !(c.is_ascii_alphabetic() || *c == '_')) {
+            return Err(format!("the spec may hold only letters and `_`, found `{c}`"));
+        }
+        let mut parts: Vec<Vec<char>> = text.split('_').map(|p| p.chars().collect()).collect();
+        if !(2..=3).contains(&parts.len()) {
+            return Err(format!(
+                "the spec is one or two operands and the output separated by `_` (like ij_jk_ik or ii_i), \
+                 `{text}` has {} part(s)",
+                parts.len()
+            ));
+        }
+        let output = parts.pop().expect("two or more parts");
+        for (i, c) in output.iter().enumerate() {
+            if output[..i].contains(c) {
+                return Err(format!("output letter `{c}` appears twice"));
+            }
+            if !parts.iter().any(|p| p.contains(c)) {
+                return Err(format!("output letter `{c}` is in no operand"));
+            }
+        }
+        Ok(EinSumSpec { inputs: parts, output })
+    }
+
+    /// The size of every letter, checking operand ranks and that all
+    /// occurrences of a letter have one size.
+    pub fn sizes(&self, inputs: &[&[usize]]) -> Result<Vec<(char, usize)>, String> {
+        if inputs.len() != self.inputs.len() {
+            return Err(format!("takes {} operand(s), got {}", self.inputs.len(), inputs.len()));
+        }
+        let mut sizes: Vec<(char, usize)> = Vec::new();
+        for (i, (letters, shape)) in self.inputs.iter().zip(inputs).enumerate() {
+            if letters.len() != shape.len() {
+                return Err(format!(
+                    "operand {i} has shape {} but its letters `{}` name {} axes",
+                    show(shape),
+                    letters.iter().collect::<String>(),
+                    letters.len()
+                ));
+            }
+            for (&c, &n) in letters.iter().zip(shape.iter()) {
+                match sizes.iter().find(|(d, _)| *d == c) {
+                    Some(&(_, m)) if m != n => {
+                        return Err(format!("letter `{c}` has size {m} and {n} (operand shapes {})", {
+                            let s: Vec<String> = inputs.iter().map(|s| show(s)).collect();
+                            s.join(" and ")
+                        }))
+                    }
+                    Some(_) => {}
+                    None => sizes.push((c, n)),
+                }
+            }
+        }
+        Ok(sizes)
+    }
+
+    /// The output shape for operands of these shapes.
+    pub fn output_shape(&self, inputs: &[&[usize]]) -> Result<Vec<usize>, String> {
+        let sizes = self.sizes(inputs)?;
+        Ok(self.output.iter().map(|c| sizes.iter().find(|(d, _)| d == c).expect("checked").1).collect())
+    }
+
+    /// Whether some letter is summed (absent from the output).
+    pub fn sums(&self) -> bool {
+        self.inputs.iter().flatten().any(|c| !self.output.contains(c))
+    }
+
+    /// Flops (see the module doc); 0 for shapes the spec does not accept.
+    pub fn flops(&self, inputs: &[&[usize]]) -> u64 {
+        let Ok(sizes) = self.sizes(inputs) else { return 0 };
+        let terms = sizes.iter().fold(1u64, |acc, &(_, n)| acc.saturating_mul(n as u64));
+        match (self.inputs.len(), self.sums()) {
+            (2, true) => terms.saturating_mul(2),
+            (2, false) | (_, true) => terms,
+            _ => 0,
+        }
+    }
+
+    /// The kernel `einSum(spec)`.
+    pub fn kernel(&self) -> KernelRef {
+        KernelRef::Named { name: EINSUM.to_string(), args: vec![self.to_string()] }
+    }
+}
+
+impl fmt::Display for EinSumSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for p in &self.inputs {
+            write!(f, "{}_", p.iter().collect::<String>())?;
+        }
+        write!(f, "{}", self.output.iter().collect::<String>())
     }
 }
 
@@ -972,7 +1149,11 @@ mod tests {
             assert!(catalog()[..i].iter().all(|o| o.name != info.name), "duplicate {}", info.name);
             assert!(lookup(info.name).is_some());
             // Every entry decodes with well-formed arguments.
-            let args: Vec<String> = info.params.iter().map(|_| "1".to_string()).collect();
+            let args: Vec<String> = if info.name == EINSUM {
+                vec!["ij_jk_ik".to_string()]
+            } else {
+                info.params.iter().map(|_| "1".to_string()).collect()
+            };
             resolve(info.name, &args).unwrap();
             assert!(info.arity == 1 || info.arity == 2);
             assert!(!info.assoc_comm || info.arity == 2, "{}", info.name);
@@ -1205,5 +1386,66 @@ mod tests {
         assert_eq!(f("nope", &[&[4, 3]]), 0);
         // No overflow panic.
         assert_eq!(f("matMul", &[&[usize::MAX, 2], &[2, usize::MAX]]), u64::MAX);
+    }
+
+    #[test]
+    fn einsum_kernel() {
+        // Parsing keeps the spec as written; display re-parses to the same kernel.
+        for text in ["einSum(ij_jk_ik)", "einSum(ii_i)", "einSum(ii_)", "einSum(i_i_)", "einSum(_i_i)", "einSum(bij_bjk_bik)"] {
+            let kr = k(text);
+            assert_eq!(kr.to_string(), text);
+            assert_eq!(k(&kr.to_string()), kr);
+            kr.check().unwrap();
+            let json = serde_json::to_string(&kr).unwrap();
+            assert_eq!(serde_json::from_str::<KernelRef>(&json).unwrap(), kr);
+        }
+        assert_eq!(k(" einSum( ij_jk_ik ) ").to_string(), "einSum(ij_jk_ik)");
+        assert_eq!(k("compose(einSum(ij_ji),einSum(ij_jk_ik))").to_string(), "compose(einSum(ij_ji),einSum(ij_jk_ik))");
+        k("compose(einSum(ij_ji),einSum(ij_jk_ik))").check().unwrap();
+        // Words are specs only for einSum.
+        assert!(KernelRef::parse("scale(ij)").is_err());
+        assert!(KernelRef::parse("einSum(i-j)").unwrap_err().to_string().contains("spec of letters"));
+        // Arity from the spec.
+        assert_eq!(k("einSum(ij_jk_ik)").arity(), 2);
+        assert_eq!(k("einSum(ij_ji)").arity(), 1);
+        assert!(!k("einSum(ij_jk_ik)").is_assoc_comm());
+        // Check: bad specs.
+        let bad = |s: &str| match k(s).check() {
+            Err(KernelError::BadUse(m)) => m,
+            other => panic!("{s}: {other:?}"),
+        };
+        assert!(bad("einSum(ij)").contains("part"), "{}", bad("einSum(ij)"));
+        assert!(bad("einSum(i_j_k_l)").contains("4 part"));
+        assert!(bad("einSum(ij_jk_ii)").contains("appears twice"));
+        assert!(bad("einSum(ij_jk_iz)").contains("`z` is in no operand"));
+        assert_eq!(bad("einSum"), "einSum takes 1 argument (spec), got 0");
+        // Shapes.
+        let sh = |s: &str, ins: &[&[usize]]| k(s).output_shape(ins);
+        assert_eq!(sh("einSum(ij_jk_ik)", &[&[4, 3], &[3, 2]]).unwrap(), vec![4, 2]);
+        assert_eq!(sh("einSum(ij_jk_ki)", &[&[4, 3], &[3, 2]]).unwrap(), vec![2, 4]);
+        assert_eq!(sh("einSum(bij_bjk_bik)", &[&[5, 4, 3], &[5, 3, 2]]).unwrap(), vec![5, 4, 2]);
+        assert_eq!(sh("einSum(ii_i)", &[&[3, 3]]).unwrap(), vec![3]);
+        assert_eq!(sh("einSum(ii_)", &[&[3, 3]]).unwrap(), Vec::<usize>::new());
+        assert_eq!(sh("einSum(i_j_ij)", &[&[3], &[2]]).unwrap(), vec![3, 2]);
+        assert!(matches!(sh("einSum(ij_jk_ik)", &[&[4, 3], &[5, 2]]), Err(KernelError::BadShape(m)) if m.contains("`j` has size 3 and 5")));
+        assert!(matches!(sh("einSum(ii_i)", &[&[3, 4]]), Err(KernelError::BadShape(_))));
+        assert!(matches!(sh("einSum(ij_jk_ik)", &[&[4, 3, 1], &[3, 2]]), Err(KernelError::BadShape(_))));
+        assert!(matches!(sh("einSum(ij_jk_ik)", &[&[4, 3]]), Err(KernelError::BadUse(_))));
+        // Flops.
+        let f = |s: &str, ins: &[&[usize]]| k(s).flops(ins);
+        assert_eq!(f("einSum(ij_jk_ik)", &[&[4, 3], &[3, 2]]), 2 * 4 * 3 * 2);
+        assert_eq!(f("einSum(ij_jk_ik)", &[&[4, 3], &[3, 2]]), f("matMul", &[&[4, 3], &[3, 2]]));
+        assert_eq!(f("einSum(bij_bjk_bik)", &[&[5, 4, 3], &[5, 3, 2]]), 2 * 5 * 4 * 3 * 2);
+        assert_eq!(f("einSum(i_j_ij)", &[&[3], &[2]]), 6);
+        assert_eq!(f("einSum(ij_ji)", &[&[4, 3]]), 0);
+        assert_eq!(f("einSum(ii_i)", &[&[4, 4]]), 0);
+        assert_eq!(f("einSum(ij_i)", &[&[4, 3]]), 12);
+        assert_eq!(f("einSum(ij_jk_ik)", &[&[4, 3], &[4, 3]]), 0);
+        // The spec type.
+        let spec = EinSumSpec::parse("ij_jk_ik").unwrap();
+        assert_eq!(spec.inputs, vec![vec!['i', 'j'], vec!['j', 'k']]);
+        assert_eq!(spec.output, vec!['i', 'k']);
+        assert_eq!(spec.kernel(), k("einSum(ij_jk_ik)"));
+        assert_eq!(EinSumSpec::parse("_i_i").unwrap().to_string(), "_i_i");
     }
 }

@@ -6,6 +6,7 @@
 pub mod check;
 pub mod compile;
 pub mod cost;
+pub mod einsum;
 pub mod egraph;
 pub mod error;
 pub mod extract;

@@ -158,3 +158,25 @@ fn matmul_workloads_measured_floats_equal_predicted() {
         }
     }
 }
+
+/// The workloads of `examples/` (shrunk to small key bounds and blocks, as
+/// `tra_tests::soundness::workloads` shrinks them): every alternative the
+/// optimizer gives runs on threads, computes the TRA program's result, and
+/// moves exactly the floats the optimizer predicted.
+#[test]
+fn example_workloads_measured_floats_equal_predicted() {
+    let rules = tra_rules::all();
+    let examples = tra_tests::soundness::workloads::shrunk_examples();
+    assert!(examples.len() >= 4);
+    for (name, p) in examples {
+        let sites = p.cluster().sites;
+        let inputs = inputs_for(&p, 3);
+        let tra = eval_tra(&p, &inputs).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let answer = optimize(&p, &rules, &Limits::default()).unwrap_or_else(|e| panic!("{name}: optimize: {e}"));
+        check_run(&format!("{name}, chosen plan"), &answer.plan, sites, &inputs, &tra, Some(answer.cost.network_floats), 1);
+        for alt in &answer.alternatives {
+            let tag = format!("{name}, {}", alt.label);
+            check_run(&tag, &alt.plan, sites, &inputs, &tra, Some(alt.cost.network_floats), 1);
+        }
+    }
+}

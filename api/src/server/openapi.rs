@@ -323,6 +323,8 @@ pub fn document(config: &ServerConfig) -> Value {
         }}
     });
 
+    let (mut paths, mut schemas) = (paths, schemas);
+    crate::einsum::add_to_openapi(&mut paths, &mut schemas);
     json!({
         "openapi": "3.1.0",
         "info": {

@@ -1,0 +1,336 @@
+//! The command line of the cluster runtime:
+//!
+//! - `tra run FILE … --processes N [--workers W]`: optimize for `N × W`
+//!   sites, start `N` job processes on this machine (loopback), watch them,
+//!   answer the same JSON summary as `tra run` on threads;
+//! - `tra run FILE … --hosts hosts.txt`: the same on the `tra worker`s of a
+//!   host file (one per machine);
+//! - `tra worker --process I --hosts hosts.txt`: the agent of machine `I`;
+//!   `tra worker --child` is a job process (started by the two above).
+//!
+//! The executor side is `tra_executor::cluster`.
+
+use crate::run::RunArgs;
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+use tra_executor::cluster::agent;
+use tra_executor::cluster::job::{JobReport, JobSpec, LayoutSpec};
+use tra_executor::cluster::supervise::{self, Launcher};
+use tra_executor::npy;
+use tra_executor::threads::Dtype;
+use tra_optimizer::check::check_plan;
+use tra_optimizer::cost::{plan_report, Weights};
+use tra_optimizer::optimize::{optimize, Limits, OptimizeError};
+use tra_optimizer::{Cluster, Program, ProgramError};
+
+/// The cluster options of `tra run` (flatten them into its arguments).
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct ClusterArgs {
+    /// Run on N processes of this machine, talking over loopback (timely's
+    /// cluster mode); sites = N × --workers.
+    #[arg(long, value_name = "N", conflicts_with = "hosts")]
+    pub processes: Option<usize>,
+    /// Run on the `tra worker`s of a host file (one line `HOST:PORT` per
+    /// process); input paths must be valid on every machine, outputs are
+    /// written by process 0.
+    #[arg(long, value_name = "HOSTS")]
+    pub hosts: Option<PathBuf>,
+    /// Sites (timely worker threads) per process (default: --sites divided
+    /// by the processes, or 1).
+    #[arg(long, value_name = "W")]
+    pub workers: Option<usize>,
+    /// Stop a cluster job that runs longer than this many seconds.
+    #[arg(long, value_name = "SECONDS", default_value_t = 3600.0)]
+    pub timeout: f64,
+    /// Run the cheapest alternative plan whose label contains this text
+    /// (`BMM`, `CMM`, `RMM`, …) instead of the optimizer's choice (benchmarks).
+    #[arg(long, value_name = "TEXT", conflicts_with = "plan")]
+    pub alternative: Option<String>,
+    /// Run this IA plan (JSON, as `tra optimize` writes plans) instead of
+    /// optimizing the program; its inputs must be the program's (benchmarks).
+    #[arg(long, value_name = "PLAN.json")]
+    pub plan: Option<PathBuf>,
+}
+
+impl ClusterArgs {
+    /// Whether the run is to go to a cluster.
+    pub fn active(&self) -> bool {
+        self.processes.is_some() || self.hosts.is_some()
+    }
+}
+
+/// Arguments of `tra worker`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct WorkerArgs {
+    /// This machine's process index: its line in the host file, from 0.
+    #[arg(long, required_unless_present = "child")]
+    pub process: Option<usize>,
+    /// The host file (the same on every machine and for `tra run --hosts`).
+    #[arg(long, value_name = "HOSTS", required_unless_present = "child")]
+    pub hosts: Option<PathBuf>,
+    /// Be one job process (started by `tra run --processes` or by a worker;
+    /// the assignment is in $TRA_CLUSTER_ASSIGNMENT).
+    #[arg(long, hide = true)]
+    pub child: bool,
+}
+
+/// `tra worker`: serve jobs as process `--process` of the host file, or
+/// (with `--child`) run one job process and exit with its status.
+pub fn worker_command(args: WorkerArgs) -> Result<(), String> {
+    if args.child || supervise::is_job_process() {
+        std::process::exit(supervise::child_main());
+    }
+    let (Some(process), Some(hosts)) = (args.process, args.hosts) else {
+        return Err("tra worker needs --process I and --hosts FILE".into());
+    };
+    let hosts = agent::read_hosts(&hosts)?;
+    agent::serve(process, &hosts, &Launcher::current_tra()?)
+}
+
+fn report(e: &ProgramError) -> String {
+    if e.at.is_empty() {
+        format!("error [{}]: {}", e.code.as_str(), e.message)
+    } else {
+        format!("error [{}] at {}: {}", e.code.as_str(), e.at, e.message)
+    }
+}
+
+// The next two are `tra run`'s own (private there), copied.
+fn read_program(file: &str) -> Result<Program, String> {
+    let text = if file == "-" {
+        let mut s = String::new();
+        std::io::stdin().read_to_string(&mut s).map_err(|e| format!("cannot read standard input: {e}"))?;
+        s
+    } else {
+        std::fs::read_to_string(file).map_err(|e| format!("cannot read {file}: {e}"))?
+    };
+    Program::from_json(&text).map_err(|e| report(&e))
+}
+
+fn pairs(flag: &str, items: &[String], allowed: &[String], what: &str) -> Result<BTreeMap<String, PathBuf>, String> {
+    let mut out = BTreeMap::new();
+    for item in items {
+        let (name, path) = item
+            .split_once('=')
+            .filter(|(n, p)| !n.is_empty() && !p.is_empty())
+            .ok_or_else(|| format!("--{flag} {item:?}: expected NAME=FILE.npy"))?;
+        if !allowed.iter().any(|a| a == name) {
+            return Err(format!(
+                "--{flag} {name}={path}: the program has no {what} `{name}` (its {what}s: {})",
+                allowed.join(", ")
+            ));
+        }
+        if out.insert(name.to_string(), PathBuf::from(path)).is_some() {
+            return Err(format!("--{flag} {name}: given twice"));
+        }
+    }
+    Ok(out)
+}
+
+fn absolute(p: &Path) -> PathBuf {
+    if p.is_absolute() {
+        p.to_path_buf()
+    } else {
+        std::env::current_dir().map(|d| d.join(p)).unwrap_or_else(|_| p.to_path_buf())
+    }
+}
+
+/// `tra run` with `--processes` or `--hosts`: the JSON summary.
+pub fn run_cluster_command(args: &RunArgs, cluster: &ClusterArgs) -> Result<String, String> {
+    let t_start = Instant::now();
+    let hosts = match &cluster.hosts {
+        Some(h) => Some(agent::read_hosts(h)?),
+        None => None,
+    };
+    let processes = match (&hosts, cluster.processes) {
+        (Some(h), _) => h.len(),
+        (None, Some(n)) => n,
+        (None, None) => return Err("pass --processes N or --hosts FILE".into()),
+    };
+    if processes == 0 {
+        return Err("--processes must be at least 1".into());
+    }
+    let workers = match (cluster.workers, args.sites) {
+        (Some(0), _) => return Err("--workers must be at least 1".into()),
+        (Some(w), Some(s)) if s != w * processes => {
+            return Err(format!("--sites {s} differs from {processes} processes × --workers {w}"))
+        }
+        (Some(w), _) => w,
+        (None, Some(s)) if s == 0 || s % processes != 0 => {
+            return Err(format!("--sites {s} is not a multiple of the {processes} processes"))
+        }
+        (None, Some(s)) => s / processes,
+        (None, None) => 1,
+    };
+    let sites = processes * workers;
+    let mut p = read_program(&args.file)?;
+    p.cluster = Some(Cluster { sites, ..p.cluster() });
+    let input_names: Vec<String> = p.inputs.keys().cloned().collect();
+    let inputs = pairs("input", &args.inputs, &input_names, "input")?;
+    if let Some(missing) = input_names.iter().find(|n| !inputs.contains_key(*n)) {
+        return Err(format!(
+            "input `{missing}` has no data: pass --input {missing}=FILE.npy (the program's inputs: {})",
+            input_names.join(", ")
+        ));
+    }
+    let outputs = pairs("output", &args.outputs, &p.outputs, "output")?;
+    // The element type: --dtype, or the inputs' (they must agree).
+    let mut dtypes: BTreeMap<String, Dtype> = BTreeMap::new();
+    for (name, path) in &inputs {
+        let h = npy::read_file_header(path).map_err(|e| format!("input `{name}`: {e}"))?;
+        let d = h.dtype.float.ok_or_else(|| {
+            format!("input `{name}`: {}: holds {} values; tra reads float32 or float64", path.display(), h.dtype.numpy_name())
+        })?;
+        dtypes.insert(name.clone(), d);
+    }
+    let dtype = match &args.dtype {
+        Some(d) => Dtype::parse(d).ok_or_else(|| format!("--dtype {d}: expected f32 or f64"))?,
+        None => {
+            let mut distinct: Vec<Dtype> = dtypes.values().copied().collect();
+            distinct.sort_by_key(|d| d.size());
+            distinct.dedup();
+            match distinct.as_slice() {
+                [] => Dtype::F64,
+                [d] => *d,
+                _ => return Err("the inputs have different dtypes: pass --dtype f32 or --dtype f64 to convert them".into()),
+            }
+        }
+    };
+
+    let t_opt = Instant::now();
+    let answer = optimize(&p, &tra_rules::all(), &Limits::default()).map_err(|e| match e {
+        OptimizeError::Program(e) => report(&e),
+        other => format!("error: {other}"),
+    })?;
+    let optimize_ms = t_opt.elapsed().as_secs_f64() * 1e3;
+    let chosen = match &cluster.alternative {
+        None => answer.alternatives.first().cloned(),
+        Some(text) => {
+            let t = text.to_lowercase();
+            let found = answer.alternatives.iter().find(|a| a.label.to_lowercase().contains(&t)).cloned();
+            if found.is_none() {
+                let labels: Vec<&str> = answer.alternatives.iter().map(|a| a.label.as_str()).collect();
+                return Err(format!("--alternative {text}: no alternative plan matches (the alternatives: {})", labels.join("; ")));
+            }
+            found
+        }
+    };
+    let (plan, label, predicted_floats) = match (&cluster.plan, &chosen) {
+        (Some(path), _) => {
+            let text = std::fs::read_to_string(path).map_err(|e| format!("--plan {}: {e}", path.display()))?;
+            let plan = tra_optimizer::Plan::from_json(&text).map_err(|e| format!("--plan {}: {}", path.display(), report(&e)))?;
+            if plan.inputs != p.inputs {
+                return Err(format!("--plan {}: its inputs differ from the program's", path.display()));
+            }
+            let typed = check_plan(&plan, sites).map_err(|e| format!("--plan {}: {}", path.display(), report(&e)))?;
+            let cost = plan_report(&plan, &typed, sites, Weights { network: 1.0, compute: 0.0 });
+            let floats = cost.values().map(|r| r.network_floats).sum();
+            (plan, Some(format!("the plan of {}", path.display())), floats)
+        }
+        (None, Some(a)) => (a.plan.clone(), Some(a.label.clone()), a.cost.network_floats),
+        (None, None) => (answer.plan.clone(), None, answer.cost.network_floats),
+    };
+    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    let threads = match (args.threads, &hosts) {
+        (Some(t), _) => Some(t),
+        // Processes of one machine share its cores.
+        (None, None) => Some((cores / processes).max(1)),
+        (None, Some(_)) => None,
+    };
+    let spec = JobSpec {
+        plan: plan.clone(),
+        processes,
+        workers,
+        dtype: dtype.name().to_string(),
+        inputs: inputs.iter().map(|(n, p)| (n.clone(), absolute(p))).collect(),
+        outputs: outputs.iter().map(|(n, p)| (n.clone(), absolute(p))).collect(),
+        dense: args.dense,
+        layout: LayoutSpec::RoundRobin,
+        fuse: true,
+        threads,
+        stall_ms: std::env::var("TRA_CLUSTER_TEST_STALL_MS").ok().and_then(|s| s.parse().ok()).unwrap_or(0),
+        connect_timeout_s: 30.0,
+    };
+    let timeout = Duration::from_secs_f64(cluster.timeout.max(1.0));
+    let t_run = Instant::now();
+    let job: JobReport = match &hosts {
+        None => supervise::run_local(&spec, &Launcher::current_tra()?, timeout, |_| {})?,
+        Some(h) => agent::run_hosts(&spec, h, timeout)?,
+    };
+    let job_ms = t_run.elapsed().as_secs_f64() * 1e3;
+    let ran = Ran { label, predicted_floats };
+    summary(&p, &answer, &ran, &spec, &job, args, optimize_ms, job_ms, t_start, hosts.as_deref())
+}
+
+/// The plan that ran: its label and predicted floats.
+struct Ran {
+    label: Option<String>,
+    predicted_floats: u64,
+}
+
+#[allow(clippy::too_many_arguments)]
+fn summary(
+    p: &Program,
+    answer: &tra_optimizer::optimize::OptimizeAnswer,
+    ran: &Ran,
+    spec: &JobSpec,
+    job: &JobReport,
+    args: &RunArgs,
+    optimize_ms: f64,
+    job_ms: f64,
+    t_start: Instant,
+    hosts: Option<&[agent::Host]>,
+) -> Result<String, String> {
+    use serde_json::json;
+    let cluster = p.cluster();
+    let sites = spec.sites();
+    let typed = check_plan(&spec.plan, sites).map_err(|e| format!("internal error: the chosen plan does not check: {}", report(&e)))?;
+    let predicted = plan_report(&spec.plan, &typed, sites, Weights { network: cluster.network_weight, compute: cluster.compute_weight });
+    let operators: Vec<serde_json::Value> = job
+        .nodes
+        .iter()
+        .map(|n| {
+            let mut v = n.clone();
+            if let Some(pred) = n["name"].as_str().and_then(|name| predicted.get(name)) {
+                if !n["floats_moved"].is_null() {
+                    v["predicted_floats"] = json!(pred.network_floats);
+                }
+                v["predicted_flops"] = json!(pred.flops);
+                v["placement"] = json!(pred.placement);
+            }
+            v
+        })
+        .collect();
+    let predicted_total = ran.predicted_floats;
+    let alternatives: Vec<serde_json::Value> = answer
+        .alternatives
+        .iter()
+        .map(|a| json!({"label": a.label, "network_floats": a.cost.network_floats, "flops": a.cost.flops}))
+        .collect();
+    let out = json!({
+        "program": args.file,
+        "runtime": "cluster",
+        "processes": spec.processes,
+        "workers_per_process": spec.workers,
+        "hosts": hosts.map(agent::describe),
+        "sites": sites,
+        "threads_per_process": spec.threads,
+        "dtype": job.dtype,
+        "plan": spec.plan.to_sexpr(),
+        "strategy": ran.label,
+        "chosen_strategy": answer.alternatives.first().map(|a| a.label.clone()),
+        "alternatives": alternatives,
+        "network_floats_measured": job.network_floats,
+        "network_floats_predicted": predicted_total,
+        "floats_match": job.network_floats == predicted_total,
+        "timings_ms": {
+            "optimize": optimize_ms, "job": job_ms, "run": job.run_ms, "load": job.load_ms, "write": job.write_ms,
+            "total": t_start.elapsed().as_secs_f64() * 1e3,
+        },
+        "operators": operators,
+        "outputs": job.outputs,
+    });
+    Ok(serde_json::to_string_pretty(&out).expect("JSON"))
+}

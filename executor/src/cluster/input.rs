@@ -1,0 +1,347 @@
+//! Inputs of a cluster run: which tuples of an input each site holds, and
+//! reading exactly those from a `.npy` file.
+//!
+//! Placement is the thread runtime's (and the reference's `place`): `hash(D)`
+//! puts key `k` on `site_of(k, D, sites)`, `replicated` on every site (read
+//! once per process and shared by its workers), `any` follows the layout
+//! (round-robin by position in key order, seeded, or one site). Each worker
+//! reads from the file only the blocks of its own site, with positioned
+//! reads: a relation-layout file block by block, a dense file row run by row
+//! run. The file must hold every key below the input's key bounds (both `.npy`
+//! layouts do).
+
+use super::wire::elem_bytes_mut;
+use crate::npy::{self, Layout, NpyHeader};
+use crate::reference::{all_keys, AnyLayout, InterpError};
+use crate::threads::{Dtype, Elem, Pool, TRelation, Tuple};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use std::fs::File;
+use std::io::{BufReader, Seek};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use tra_optimizer::keyexpr::Key;
+use tra_optimizer::placement::site_of;
+use tra_optimizer::program::{InputDecl, PlacementDecl};
+
+/// Where an input's data comes from.
+#[derive(Clone)]
+pub enum InputData<T: Elem> {
+    /// A `.npy` file in either layout (each process reads its own part).
+    File(PathBuf),
+    /// A relation in memory (tests, the in-process runner).
+    Memory(Arc<TRelation<T>>),
+}
+
+/// The site of every tuple, in key order (`None`: replicated), exactly as
+/// the thread runtime places them.
+pub fn sites_of_tuples(name: &str, keys: &[Key], placement: &PlacementDecl, sites: usize, layout: AnyLayout) -> Result<Vec<Option<usize>>, InterpError> {
+    let err = |message: String| InterpError::BadInput { input: name.to_string(), message };
+    let mut rng = match layout {
+        AnyLayout::Seeded(seed) => Some(ChaCha8Rng::seed_from_u64(seed)),
+        _ => None,
+    };
+    let mut out = Vec::with_capacity(keys.len());
+    for (i, k) in keys.iter().enumerate() {
+        out.push(match placement {
+            PlacementDecl::Hash(dims) => {
+                if let Some(&d) = dims.iter().find(|&&d| d >= k.len()) {
+                    return Err(err(format!("hash placement on key dim {d}, but key {k:?} has {} components", k.len())));
+                }
+                Some(site_of(k, dims, sites))
+            }
+            PlacementDecl::Replicated => None,
+            PlacementDecl::Any => match layout {
+                AnyLayout::RoundRobin => Some(i % sites),
+                AnyLayout::Seeded(_) => Some(rng.as_mut().expect("seeded").random_range(0..sites)),
+                AnyLayout::OneSite(s) if s < sites => Some(s),
+                AnyLayout::OneSite(s) => return Err(err(format!("layout: site {s} does not exist among {sites} sites"))),
+            },
+        });
+    }
+    Ok(out)
+}
+
+/// Key and array bounds of a declaration, checked.
+pub fn bounds(name: &str, decl: &InputDecl) -> Result<(Vec<u32>, Vec<usize>), InterpError> {
+    let err = |message: String| InterpError::BadInput { input: name.to_string(), message };
+    let mut kb = Vec::new();
+    for &b in &decl.key_bounds {
+        kb.push(u32::try_from(b).map_err(|_| err(format!("key bound {b} is not a valid bound")))?);
+    }
+    let mut ab = Vec::new();
+    for &b in &decl.array_bounds {
+        ab.push(usize::try_from(b).map_err(|_| err(format!("array bound {b} is not a valid bound")))?);
+    }
+    Ok((kb, ab))
+}
+
+/// Check an in-memory relation against its declaration (the thread runtime's check).
+pub fn check_memory<T: Elem>(name: &str, decl: &InputDecl, rel: &TRelation<T>) -> Result<(), InterpError> {
+    let err = |message: String| InterpError::BadInput { input: name.to_string(), message };
+    let (key_bounds, array_bounds) = bounds(name, decl)?;
+    for w in rel.tuples.windows(2) {
+        if w[0].0 >= w[1].0 {
+            return Err(err(format!("keys {:?} and {:?} are not unique and sorted", w[0].0, w[1].0)));
+        }
+    }
+    for (k, b) in &rel.tuples {
+        if k.len() != key_bounds.len() {
+            return Err(err(format!("key {k:?} has {} components, declared {}", k.len(), key_bounds.len())));
+        }
+        if let Some(d) = (0..k.len()).find(|&d| k[d] >= key_bounds[d]) {
+            return Err(err(format!("key {k:?}: component {d} is not below its bound {}", key_bounds[d])));
+        }
+        if b.shape() != array_bounds.as_slice() {
+            return Err(err(format!("key {k:?}: block shape {:?}, declared {array_bounds:?}", b.shape())));
+        }
+    }
+    Ok(())
+}
+
+/// An open `.npy` file holding a relation, for positioned block reads.
+pub struct NpyRelationFile {
+    path: PathBuf,
+    file: File,
+    header: NpyHeader,
+    data_offset: u64,
+    layout: Layout,
+    key_bounds: Vec<u32>,
+    array_bounds: Vec<usize>,
+}
+
+impl NpyRelationFile {
+    /// Open a file and recognise its layout from its shape.
+    pub fn open(path: &Path, key_bounds: &[u32], array_bounds: &[usize]) -> Result<NpyRelationFile, String> {
+        let f = File::open(path).map_err(|e| format!("{}: cannot open: {e}", path.display()))?;
+        let mut r = BufReader::new(f);
+        let header = npy::read_header(&mut r, path).map_err(|e| e.to_string())?;
+        let data_offset = r.stream_position().map_err(|e| format!("{}: {e}", path.display()))?;
+        let file = r.into_inner();
+        if header.dtype.float.is_none() {
+            return Err(format!(
+                "{}: holds {} values (dtype {:?}); tra reads float32 or float64",
+                path.display(),
+                header.dtype.numpy_name(),
+                header.dtype.descr
+            ));
+        }
+        let rel_shape = npy::layout_shape(Layout::Relation, key_bounds, array_bounds).expect("always");
+        let dense_shape = npy::layout_shape(Layout::Dense, key_bounds, array_bounds);
+        let layout = if header.shape == rel_shape {
+            Layout::Relation
+        } else if dense_shape.as_ref() == Some(&header.shape) {
+            Layout::Dense
+        } else {
+            let expected = match &dense_shape {
+                Some(d) => format!("{rel_shape:?} (key bounds ++ block shape) or {d:?} (the dense tensor)"),
+                None => format!("{rel_shape:?} (key bounds ++ block shape)"),
+            };
+            return Err(format!("{}: has shape {:?}; expected {expected}", path.display(), header.shape));
+        };
+        Ok(NpyRelationFile {
+            path: path.to_path_buf(),
+            file,
+            header,
+            data_offset,
+            layout,
+            key_bounds: key_bounds.to_vec(),
+            array_bounds: array_bounds.to_vec(),
+        })
+    }
+
+    /// Bytes of one block in the file.
+    pub fn block_bytes(&self) -> usize {
+        self.array_bounds.iter().product::<usize>() * self.dtype().size()
+    }
+
+    /// Whether reading any block reads the whole file (Fortran order): read
+    /// all wanted blocks at once then.
+    pub fn reads_whole(&self) -> bool {
+        self.header.fortran_order
+    }
+
+    /// The layout found.
+    pub fn layout(&self) -> Layout {
+        self.layout
+    }
+
+    /// The file's element type.
+    pub fn dtype(&self) -> Dtype {
+        self.header.dtype.float.expect("checked at open")
+    }
+
+    /// Read the blocks of the keys at these positions (in key order) of the
+    /// file; a Fortran-order file is read whole.
+    pub fn read_keys<T: Elem>(&self, wanted: &[(usize, Key)], pool: &Pool<T>) -> Result<Vec<Tuple<T>>, String> {
+        if wanted.is_empty() {
+            return Ok(Vec::new());
+        }
+        if self.header.fortran_order {
+            let (rel, _, _) = npy::read_relation::<T>(&self.path, &self.key_bounds, &self.array_bounds, pool).map_err(|e| e.to_string())?;
+            return Ok(wanted.iter().map(|(i, k)| (k.clone(), rel.tuples[*i].1.clone())).collect());
+        }
+        let esize = self.header.dtype.float.expect("float").size() as u64;
+        let native = self.header.dtype.float == Some(T::DTYPE) && !self.header.dtype.big_endian;
+        let block_len: usize = self.array_bounds.iter().product();
+        let mut scratch: Vec<u8> = Vec::new();
+        let mut out = Vec::with_capacity(wanted.len());
+        for (index, key) in wanted {
+            let mut b = pool.take(&self.array_bounds);
+            // (file offset in elements, run length in elements, offset in block)
+            let mut runs: Vec<(u64, usize, usize)> = Vec::new();
+            match self.layout {
+                Layout::Relation => runs.push((*index as u64 * block_len as u64, block_len, 0)),
+                Layout::Dense => dense_runs(&self.key_bounds, &self.array_bounds, key, &mut runs),
+            }
+            for (off, len, at) in runs {
+                let pos = self.data_offset + off * esize;
+                let dst = &mut b.as_mut_slice()[at..at + len];
+                if native {
+                    self.file
+                        .read_exact_at(elem_bytes_mut(dst), pos)
+                        .map_err(|e| format!("{}: cannot read block {key:?}: {e}", self.path.display()))?;
+                } else {
+                    scratch.resize(len * esize as usize, 0);
+                    self.file
+                        .read_exact_at(&mut scratch, pos)
+                        .map_err(|e| format!("{}: cannot read block {key:?}: {e}", self.path.display()))?;
+                    convert(&scratch, self.dtype(), self.header.dtype.big_endian, dst);
+                }
+            }
+            out.push((key.clone(), Arc::new(b)));
+        }
+        Ok(out)
+    }
+}
+
+/// The contiguous runs of a block of the dense tensor: one per combination
+/// of the outer indices, each `array_bounds[last]` elements long.
+pub(crate) fn dense_runs(key_bounds: &[u32], array_bounds: &[usize], key: &[u32], runs: &mut Vec<(u64, usize, usize)>) {
+    let r = array_bounds.len();
+    if r == 0 {
+        runs.push((0, 1, 0));
+        return;
+    }
+    let full: Vec<u64> = key_bounds.iter().zip(array_bounds).map(|(&k, &b)| k as u64 * b as u64).collect();
+    let mut strides = vec![1u64; r];
+    for d in (0..r - 1).rev() {
+        strides[d] = strides[d + 1] * full[d + 1];
+    }
+    let inner = array_bounds[r - 1];
+    let outer: Vec<usize> = array_bounds[..r - 1].to_vec();
+    let count: usize = outer.iter().product();
+    let mut idx = vec![0usize; r - 1];
+    for n in 0..count {
+        let mut off = key[r - 1] as u64 * inner as u64;
+        for d in 0..r - 1 {
+            off += (key[d] as u64 * array_bounds[d] as u64 + idx[d] as u64) * strides[d];
+        }
+        runs.push((off, inner, n * inner));
+        // odometer over the outer indices
+        for d in (0..r - 1).rev() {
+            idx[d] += 1;
+            if idx[d] < outer[d] {
+                break;
+            }
+            idx[d] = 0;
+        }
+    }
+}
+
+fn convert<T: Elem>(bytes: &[u8], from: Dtype, big_endian: bool, out: &mut [T]) {
+    match from {
+        Dtype::F32 => {
+            for (o, c) in out.iter_mut().zip(bytes.chunks_exact(4)) {
+                let a: [u8; 4] = c.try_into().expect("4 bytes");
+                let x = if big_endian { f32::from_be_bytes(a) } else { f32::from_le_bytes(a) };
+                *o = T::from_f64(x as f64);
+            }
+        }
+        Dtype::F64 => {
+            for (o, c) in out.iter_mut().zip(bytes.chunks_exact(8)) {
+                let a: [u8; 8] = c.try_into().expect("8 bytes");
+                let x = if big_endian { f64::from_be_bytes(a) } else { f64::from_le_bytes(a) };
+                *o = T::from_f64(x);
+            }
+        }
+    }
+}
+
+/// The keys (with their positions in key order) a site holds of an input
+/// stored in a file, and the input's bounds.
+#[allow(clippy::type_complexity)]
+pub fn site_keys(name: &str, decl: &InputDecl, sites: usize, layout: AnyLayout, site: usize) -> Result<(Vec<(usize, Key)>, Vec<u32>, Vec<usize>), InterpError> {
+    let (kb, ab) = bounds(name, decl)?;
+    let keys = all_keys(&kb);
+    let placed = sites_of_tuples(name, &keys, &decl.placement, sites, layout)?;
+    let wanted = keys.into_iter().enumerate().zip(placed).filter(|(_, s)| *s == Some(site)).map(|(ik, _)| ik).collect();
+    Ok((wanted, kb, ab))
+}
+
+/// One site's tuples of an input (or, with `site = None`, the replicated
+/// tuples), from a file or a relation in memory.
+pub fn load<T: Elem>(
+    name: &str,
+    decl: &InputDecl,
+    data: &InputData<T>,
+    sites: usize,
+    layout: AnyLayout,
+    site: Option<usize>,
+    pool: &Pool<T>,
+) -> Result<Vec<Tuple<T>>, InterpError> {
+    let (kb, ab) = bounds(name, decl)?;
+    let err = |message: String| InterpError::BadInput { input: name.to_string(), message };
+    match data {
+        InputData::Memory(rel) => {
+            let keys: Vec<Key> = rel.tuples.iter().map(|t| t.0.clone()).collect();
+            let placed = sites_of_tuples(name, &keys, &decl.placement, sites, layout)?;
+            Ok(rel.tuples.iter().zip(placed).filter(|(_, s)| *s == site).map(|(t, _)| t.clone()).collect())
+        }
+        InputData::File(path) => {
+            let keys = all_keys(&kb);
+            let placed = sites_of_tuples(name, &keys, &decl.placement, sites, layout)?;
+            let wanted: Vec<(usize, Key)> =
+                keys.into_iter().enumerate().zip(placed).filter(|(_, s)| *s == site).map(|(ik, _)| ik).collect();
+            let f = NpyRelationFile::open(path, &kb, &ab).map_err(err)?;
+            f.read_keys(&wanted, pool).map_err(err)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn partial_reads_match_whole_reads() {
+        let dir = std::env::temp_dir().join(format!("tra-cluster-input-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let pool = Pool::<f64>::new();
+        let kb = [3u32, 2];
+        let ab = [2usize, 3];
+        let dense: Vec<f64> = (0..(6 * 6)).map(|i| i as f64).collect();
+        let d = dir.join("dense.npy");
+        npy::write_array(&d, &[6, 6], &dense).unwrap();
+        let (whole, layout, _) = npy::read_relation::<f64>(&d, &kb, &ab, &pool).unwrap();
+        assert_eq!(layout, Layout::Dense);
+        let f = NpyRelationFile::open(&d, &kb, &ab).unwrap();
+        let wanted: Vec<(usize, Key)> = all_keys(&kb).into_iter().enumerate().filter(|(i, _)| i % 2 == 1).collect();
+        let got = f.read_keys(&wanted, &pool).unwrap();
+        for ((i, k), (gk, gb)) in wanted.iter().zip(&got) {
+            assert_eq!(k, gk);
+            assert_eq!(**gb, *whole.tuples[*i].1);
+        }
+        // The relation layout, converted from f64 to f32.
+        let r = dir.join("rel.npy");
+        npy::write_relation(&r, &whole, &kb, &ab, Layout::Relation).unwrap();
+        let f = NpyRelationFile::open(&r, &kb, &ab).unwrap();
+        let got = f.read_keys(&wanted, &Pool::<f32>::new()).unwrap();
+        for ((i, _), (_, gb)) in wanted.iter().zip(&got) {
+            let want: Vec<f32> = whole.tuples[*i].1.as_slice().iter().map(|&x| x as f32).collect();
+            assert_eq!(gb.as_slice(), want.as_slice());
+        }
+        std::fs::remove_dir_all(&dir).ok();
+    }
+}

@@ -1,0 +1,373 @@
+//! The site-local operators of the cluster runtime: what one worker computes
+//! for `local_join`, `local_aggregate`, `local_filter`, `local_map` and the
+//! fused `local_aggregate(matAdd) ∘ local_join(matMul…)`, from its own tuples
+//! and its process's replicated tuples.
+//!
+//! The semantics are the thread runtime's ([`crate::threads::runtime`]),
+//! which are the reference interpreter's: the same pairs in the same order,
+//! the same fold order (members in (key, site) order, replicated last), the
+//! same kernels ([`FastKernel`], [`fold`], [`concat_pieces`], [`matmul_into`]),
+//! so results are bit for bit those of the thread runtime. The helpers below
+//! (pairing, grouping, key projection) are copied from the thread runtime,
+//! whose versions are private; only the part of `agg_groups` that mixed
+//! relations need is left out (the cluster runtime rejects plans that could
+//! hold a relation with both site and replicated tuples: from inputs that are
+//! each hashed, `any` or replicated, no IA operator makes one).
+
+use crate::reference::InterpError;
+use crate::threads::kernels::{concat_pieces, fold, matmul_into, FastKernel, MatMulKind};
+use crate::threads::{Block, Elem, Pool, SharedBlock, Tuple};
+use rayon::prelude::*;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use tra_optimizer::kernel::{KernelError, KernelRef};
+use tra_optimizer::keyexpr::{Key, KeyFn, Predicate};
+
+pub(crate) type Res<T> = Result<T, InterpError>;
+
+/// Where kernels run: the process's block pool and kernel threads.
+#[derive(Clone, Copy)]
+pub struct Exec<'a, T: Elem> {
+    /// Blocks come from here.
+    pub pool: &'a Pool<T>,
+    /// Kernel calls run here, in parallel over output tuples or groups.
+    pub workers: &'a rayon::ThreadPool,
+}
+
+pub(crate) fn bad(node: &str, message: impl Into<String>) -> InterpError {
+    InterpError::BadNode { node: node.to_string(), message: message.into() }
+}
+
+pub(crate) fn kernel_err(node: &str, kernel: &KernelRef, e: KernelError) -> InterpError {
+    InterpError::Kernel { node: node.to_string(), kernel: kernel.to_string(), source: e }
+}
+
+pub(crate) fn project(node: &str, key: &[u32], dims: &[usize]) -> Res<Key> {
+    dims.iter()
+        .map(|&d| {
+            key.get(d).copied().ok_or_else(|| {
+                bad(node, format!("key dim {d} does not exist: key {key:?} has {} components", key.len()))
+            })
+        })
+        .collect()
+}
+
+fn join_key(left: &[u32], right: &[u32], rk: &[usize]) -> Key {
+    let mut k = left.to_vec();
+    k.extend(right.iter().enumerate().filter(|(i, _)| !rk.contains(i)).map(|(_, &c)| c));
+    k
+}
+
+fn eval_key(node: &str, f: &KeyFn, key: &[u32]) -> Res<Vec<Key>> {
+    f.eval(key).map_err(|e| InterpError::KeyEval { node: node.to_string(), key: key.to_vec(), source: e })
+}
+
+fn eval_pred(node: &str, p: &Predicate, key: &[u32]) -> Res<bool> {
+    p.eval(key).map_err(|e| InterpError::KeyEval { node: node.to_string(), key: key.to_vec(), source: e })
+}
+
+/// `(key_dim, array_dim)` of a concat kernel, `None` for any other kernel.
+pub(crate) fn concat_kernel(node: &str, kernel: &KernelRef) -> Res<Option<(usize, usize)>> {
+    match kernel {
+        KernelRef::Named { name, args } if name == "concat" => {
+            let parsed: Vec<Option<usize>> = args.iter().map(|a| a.parse::<usize>().ok()).collect();
+            match parsed.as_slice() {
+                [Some(k), Some(a)] => Ok(Some((*k, *a))),
+                _ => Err(bad(node, format!("kernel {kernel}: concat takes two naturals (key_dim, array_dim)"))),
+            }
+        }
+        _ => Ok(None),
+    }
+}
+
+/// The piece count of a concat over these keys (max piece index + 1).
+pub(crate) fn concat_count<'a>(node: &str, keys: impl Iterator<Item = &'a Key>, key_dim: usize) -> Res<u32> {
+    let mut count = 0u32;
+    for k in keys {
+        let c = project(node, k, &[key_dim])?[0];
+        let c1 = c.checked_add(1).ok_or_else(|| bad(node, format!("concat: piece index {c} is too large")))?;
+        count = count.max(c1);
+    }
+    Ok(count)
+}
+
+/// Whether a kernel is plain `matAdd`.
+pub(crate) fn is_mat_add(k: &KernelRef) -> bool {
+    matches!(k, KernelRef::Named { name, args } if name == "matAdd" && args.is_empty())
+}
+
+type Pair<'a, T> = (Key, &'a Tuple<T>, &'a Tuple<T>);
+
+/// The pairs of a local join on one site (`every = false`) or of the
+/// replicated parts (`every = true`), in the thread runtime's order.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn join_pairs<'a, T: Elem>(
+    node: &str,
+    lk: &[usize],
+    rk: &[usize],
+    l_own: &'a [Tuple<T>],
+    l_every: &'a [Tuple<T>],
+    r_own: &'a [Tuple<T>],
+    r_every: &'a [Tuple<T>],
+    every: bool,
+) -> Res<Vec<Pair<'a, T>>> {
+    if lk.len() != rk.len() {
+        return Err(bad(node, format!("{} left join dims but {} right join dims", lk.len(), rk.len())));
+    }
+    let index = |list: &'a [Tuple<T>]| -> Res<HashMap<Key, Vec<&'a Tuple<T>>>> {
+        let mut m: HashMap<Key, Vec<&'a Tuple<T>>> = HashMap::new();
+        for t in list {
+            m.entry(project(node, &t.0, rk)?).or_default().push(t);
+        }
+        Ok(m)
+    };
+    let (ro, re) = (index(r_own)?, index(r_every)?);
+    let mut out = Vec::new();
+    let none: Vec<&Tuple<T>> = Vec::new();
+    if every {
+        for l in l_every {
+            let jk = project(node, &l.0, lk)?;
+            for r in re.get(&jk).unwrap_or(&none) {
+                out.push((join_key(&l.0, &r.0, rk), l, *r));
+            }
+        }
+        return Ok(out);
+    }
+    for l in l_own {
+        let jk = project(node, &l.0, lk)?;
+        for r in ro.get(&jk).unwrap_or(&none).iter().chain(re.get(&jk).unwrap_or(&none)) {
+            out.push((join_key(&l.0, &r.0, rk), l, *r));
+        }
+    }
+    for l in l_every {
+        let jk = project(node, &l.0, lk)?;
+        for r in ro.get(&jk).unwrap_or(&none) {
+            out.push((join_key(&l.0, &r.0, rk), l, *r));
+        }
+    }
+    Ok(out)
+}
+
+/// Groups of `members` by the key projected on `group_by`, groups in key
+/// order, members in (key, replicated) order (a stable sort: equal keys keep
+/// their order, i.e. the order of the sites they came from).
+pub(crate) fn groups<'a, P: Copy>(
+    node: &str,
+    group_by: &[usize],
+    members: &[(&'a Key, bool, P)],
+) -> Res<Vec<(Key, Vec<(&'a Key, bool, P)>)>> {
+    let mut groups: BTreeMap<Key, Vec<(&'a Key, bool, P)>> = BTreeMap::new();
+    for m in members {
+        groups.entry(project(node, m.0, group_by)?).or_default().push(*m);
+    }
+    let mut out: Vec<_> = groups.into_iter().collect();
+    for (_, ms) in out.iter_mut() {
+        ms.sort_by(|a, b| a.0.cmp(b.0).then(a.1.cmp(&b.1)));
+    }
+    Ok(out)
+}
+
+/// `local_filter` of a list.
+pub fn filter<T: Elem>(node: &str, p: &Predicate, input: &[Tuple<T>]) -> Res<Vec<Tuple<T>>> {
+    let mut out = Vec::new();
+    for t in input {
+        if eval_pred(node, p, &t.0)? {
+            out.push(t.clone());
+        }
+    }
+    Ok(out)
+}
+
+/// `local_map` of a list (output sorted by key, as the thread runtime's).
+pub fn map<T: Elem>(
+    x: Exec<'_, T>,
+    node: &str,
+    key: Option<&KeyFn>,
+    kernel: Option<&FastKernel>,
+    input: &[Tuple<T>],
+) -> Res<Vec<Tuple<T>>> {
+    let results: Vec<Res<Vec<Tuple<T>>>> = x.workers.install(|| {
+        input
+            .par_iter()
+            .map(|t| {
+                let keys = match key {
+                    Some(f) => eval_key(node, f, &t.0)?,
+                    None => vec![t.0.clone()],
+                };
+                let blocks: Vec<SharedBlock<T>> = match kernel {
+                    Some(k) => {
+                        let out = k.apply(x.pool, &[&t.1]).map_err(|e| kernel_err(node, k.kernel(), e))?;
+                        out.into_iter().map(Arc::new).collect()
+                    }
+                    None => vec![t.1.clone()],
+                };
+                if blocks.len() == keys.len() {
+                    Ok(keys.into_iter().zip(blocks).collect())
+                } else if blocks.len() == 1 {
+                    Ok(keys.into_iter().map(|k| (k, blocks[0].clone())).collect())
+                } else {
+                    Err(bad(
+                        node,
+                        format!(
+                            "local_map on key {:?}: the key expression gives {} keys but the kernel gives {} blocks \
+                             (expected as many blocks as keys, or one block)",
+                            t.0,
+                            keys.len(),
+                            blocks.len()
+                        ),
+                    ))
+                }
+            })
+            .collect()
+    });
+    let mut out = Vec::new();
+    for r in results {
+        out.extend(r?);
+    }
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(out)
+}
+
+/// The blocks of a local join's pairs (output sorted by key).
+pub fn join_blocks<T: Elem>(x: Exec<'_, T>, node: &str, k: &FastKernel, pairs: Vec<Pair<'_, T>>) -> Res<Vec<Tuple<T>>> {
+    let results: Vec<Res<Tuple<T>>> = x.workers.install(|| {
+        pairs
+            .into_par_iter()
+            .map(|(key, l, r)| {
+                let mut out = k.apply(x.pool, &[&l.1, &r.1]).map_err(|e| kernel_err(node, k.kernel(), e))?;
+                if out.len() != 1 {
+                    return Err(bad(node, format!("kernel {} gave {} blocks, expected exactly one", k.kernel(), out.len())));
+                }
+                Ok((key, Arc::new(out.pop().expect("one block"))))
+            })
+            .collect()
+    });
+    let mut out = results.into_iter().collect::<Res<Vec<_>>>()?;
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(out)
+}
+
+/// `local_join` on one site: the site's output and (when `every`) the
+/// replicated × replicated output.
+#[allow(clippy::too_many_arguments)]
+pub fn join<T: Elem>(
+    x: Exec<'_, T>,
+    node: &str,
+    lk: &[usize],
+    rk: &[usize],
+    k: &FastKernel,
+    l: (&[Tuple<T>], &[Tuple<T>]),
+    r: (&[Tuple<T>], &[Tuple<T>]),
+    every: bool,
+) -> Res<Vec<Tuple<T>>> {
+    let pairs = if every {
+        join_pairs(node, lk, rk, &[], l.1, &[], r.1, true)?
+    } else {
+        join_pairs(node, lk, rk, l.0, l.1, r.0, r.1, false)?
+    };
+    join_blocks(x, node, k, pairs)
+}
+
+/// `local_aggregate` of one list (a site's tuples, or the replicated ones):
+/// `count` is the global piece count of a concat kernel.
+pub fn aggregate<T: Elem>(
+    x: Exec<'_, T>,
+    node: &str,
+    group_by: &[usize],
+    k: &FastKernel,
+    concat: Option<(usize, usize)>,
+    count: u32,
+    list: &[Tuple<T>],
+    replicated: bool,
+) -> Res<Vec<Tuple<T>>> {
+    let members: Vec<(&Key, bool, &SharedBlock<T>)> = list.iter().map(|t| (&t.0, replicated, &t.1)).collect();
+    let groups = groups(node, group_by, &members)?;
+    x.workers.install(|| {
+        groups
+            .into_par_iter()
+            .map(|(g, members)| {
+                let block = match concat {
+                    Some((key_dim, array_dim)) => {
+                        let mut pieces: Vec<(u32, &Block<T>)> = Vec::with_capacity(members.len());
+                        for (key, _, b) in &members {
+                            pieces.push((project(node, key, &[key_dim])?[0], b));
+                        }
+                        pieces.sort_by_key(|(i, _)| *i);
+                        Arc::new(concat_pieces(x.pool, &pieces, array_dim, count).map_err(|e| kernel_err(node, k.kernel(), e))?)
+                    }
+                    None if members.len() == 1 => {
+                        k.kernel().check().map_err(|e| kernel_err(node, k.kernel(), e))?;
+                        if k.kernel().arity() != 2 {
+                            let e = KernelError::BadUse(format!(
+                                "fold needs a binary kernel, {} takes {} operand(s)",
+                                k.kernel(),
+                                k.kernel().arity()
+                            ));
+                            return Err(kernel_err(node, k.kernel(), e));
+                        }
+                        members[0].2.clone()
+                    }
+                    None => {
+                        let blocks: Vec<&Block<T>> = members.iter().map(|m| &**m.2).collect();
+                        Arc::new(fold(k, x.pool, &blocks).map_err(|e| kernel_err(node, k.kernel(), e))?)
+                    }
+                };
+                Ok((g, block))
+            })
+            .collect()
+    })
+}
+
+/// `local_aggregate(g, matAdd, local_join(lk, rk, matMul…, L, R))` on one
+/// site (`every = false`) or on the replicated parts (`every = true`): every
+/// output block is the sum of its products, accumulated by GEMM.
+#[allow(clippy::too_many_arguments)]
+pub fn fused_matmul<T: Elem>(
+    x: Exec<'_, T>,
+    node: &str,
+    jname: &str,
+    group_by: &[usize],
+    agg_kernel: &KernelRef,
+    lk: &[usize],
+    rk: &[usize],
+    jk: &FastKernel,
+    l: (&[Tuple<T>], &[Tuple<T>]),
+    r: (&[Tuple<T>], &[Tuple<T>]),
+    every: bool,
+) -> Res<Vec<Tuple<T>>> {
+    let kind = MatMulKind::of(jk.kernel()).expect("a matrix product");
+    let pairs = if every {
+        join_pairs(jname, lk, rk, &[], l.1, &[], r.1, true)?
+    } else {
+        join_pairs(jname, lk, rk, l.0, l.1, r.0, r.1, false)?
+    };
+    let items: Vec<(&Key, bool, (&Tuple<T>, &Tuple<T>))> = pairs.iter().map(|p| (&p.0, every, (p.1, p.2))).collect();
+    let groups = groups(node, group_by, &items)?;
+    x.workers.install(|| {
+        groups
+            .into_par_iter()
+            .map(|(g, members)| {
+                let mut shape: Option<Vec<usize>> = None;
+                for (_, _, (a, b)) in &members {
+                    let sh = jk.kernel().output_shape(&[a.1.shape(), b.1.shape()]).map_err(|e| kernel_err(jname, jk.kernel(), e))?;
+                    match &shape {
+                        None => shape = Some(sh),
+                        Some(first) if *first != sh => {
+                            let e = agg_kernel.output_shape(&[first, &sh]).err().unwrap_or_else(|| {
+                                KernelError::BadShape(format!("matAdd: operand shapes differ: {first:?} and {sh:?}"))
+                            });
+                            return Err(kernel_err(node, agg_kernel, e));
+                        }
+                        _ => {}
+                    }
+                }
+                let shape = shape.expect("a group has members");
+                let mut out = x.pool.take(&shape);
+                for (n, (_, _, (a, b))) in members.iter().enumerate() {
+                    matmul_into(kind, out.as_mut_slice(), a.1.as_slice(), a.1.shape(), b.1.as_slice(), b.1.shape(), n > 0);
+                }
+                Ok((g, Arc::new(out)))
+            })
+            .collect()
+    })
+}

@@ -1,0 +1,115 @@
+//! Writing outputs where they are: every site writes its own tuples of an
+//! output straight into the `.npy` file, at their place (positioned writes;
+//! a dense file row run by row run), so that outputs are not gathered on one
+//! process first. Every process opens the same file (a shared file system
+//! across machines, as for inputs); all of them give it its final length and
+//! process 0 writes the header, so keys without a tuple read as zeros.
+
+use super::input::dense_runs;
+use super::wire::elem_bytes;
+use crate::npy::{self, Layout};
+use crate::threads::{Block, Elem};
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::FileExt;
+use std::path::PathBuf;
+use tra_optimizer::keyexpr::Key;
+
+/// Where and how one output is written.
+#[derive(Debug, Clone)]
+pub struct OutputFile {
+    /// The file (a temporary name while the job runs, see [`super::job`]).
+    pub path: PathBuf,
+    /// Relation or dense layout.
+    pub layout: Layout,
+    /// The output's key bounds (frontier).
+    pub key_bounds: Vec<u32>,
+    /// Its block shape.
+    pub array_bounds: Vec<usize>,
+}
+
+/// An open output file.
+pub struct OutWriter {
+    path: PathBuf,
+    file: File,
+    header_len: u64,
+    layout: Layout,
+    key_bounds: Vec<u32>,
+    array_bounds: Vec<usize>,
+    esize: u64,
+}
+
+impl OutputFile {
+    /// Open (creating it if needed) and give it its final length; with
+    /// `header`, write the `.npy` header.
+    pub fn open<T: Elem>(&self, header: bool) -> Result<OutWriter, String> {
+        let shape = npy::layout_shape(self.layout, &self.key_bounds, &self.array_bounds).ok_or_else(|| {
+            format!(
+                "{}: cannot be written dense: the key has {} dims but blocks have rank {}",
+                self.path.display(),
+                self.key_bounds.len(),
+                self.array_bounds.len()
+            )
+        })?;
+        let head = npy::header_bytes(T::DTYPE, &shape);
+        let esize = T::DTYPE.size() as u64;
+        let total = head.len() as u64 + shape.iter().product::<usize>() as u64 * esize;
+        let file = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .read(true)
+            .write(true)
+            .open(&self.path)
+            .map_err(|e| format!("{}: cannot create: {e}", self.path.display()))?;
+        file.set_len(total).map_err(|e| format!("{}: cannot size: {e}", self.path.display()))?;
+        if header {
+            file.write_all_at(&head, 0).map_err(|e| format!("{}: cannot write: {e}", self.path.display()))?;
+        }
+        Ok(OutWriter {
+            path: self.path.clone(),
+            file,
+            header_len: head.len() as u64,
+            layout: self.layout,
+            key_bounds: self.key_bounds.clone(),
+            array_bounds: self.array_bounds.clone(),
+            esize,
+        })
+    }
+}
+
+impl OutWriter {
+    /// Write one tuple at its place.
+    pub fn write<T: Elem>(&self, key: &Key, block: &Block<T>) -> Result<(), String> {
+        if block.shape() != self.array_bounds.as_slice()
+            || key.len() != self.key_bounds.len()
+            || key.iter().zip(&self.key_bounds).any(|(c, f)| c >= f)
+        {
+            return Err(format!(
+                "{}: tuple {key:?} with block {:?} does not fit {:?} × {:?}",
+                self.path.display(),
+                block.shape(),
+                self.key_bounds,
+                self.array_bounds
+            ));
+        }
+        let data = block.as_slice();
+        let io = |e: std::io::Error| format!("{}: cannot write: {e}", self.path.display());
+        match self.layout {
+            Layout::Relation => {
+                let mut index = 0u64;
+                for (&c, &b) in key.iter().zip(&self.key_bounds) {
+                    index = index * u64::from(b) + u64::from(c);
+                }
+                let pos = self.header_len + index * data.len() as u64 * self.esize;
+                self.file.write_all_at(elem_bytes(data), pos).map_err(io)
+            }
+            Layout::Dense => {
+                let mut runs = Vec::new();
+                dense_runs(&self.key_bounds, &self.array_bounds, key, &mut runs);
+                for (off, len, at) in runs {
+                    self.file.write_all_at(elem_bytes(&data[at..at + len]), self.header_len + off * self.esize).map_err(io)?;
+                }
+                Ok(())
+            }
+        }
+    }
+}

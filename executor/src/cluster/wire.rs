@@ -1,0 +1,382 @@
+//! What flows along the cluster runtime's timely streams, and how it crosses
+//! the wire.
+//!
+//! A stream carries [`Batch`]es of [`Item`]s. An item is one tuple (key and
+//! shared block), one process's replicated tuples ([`Body::Every`], an `Arc`
+//! shared by the workers of a process), or a small control record
+//! ([`Body::Meta`]). Every item names the worker it goes to (`dest`): an
+//! exchange routes on it, so all routing decisions (the optimizer's
+//! [`site_of`](tra_optimizer::placement::site_of) for a shuffle, the process
+//! leaders for a broadcast) are made in one place, by tra, not by timely.
+//!
+//! **Bytes on the wire.** [`Batch`] implements timely's `ContainerBytes`
+//! itself: a block is written as its shape and its raw element bytes (one
+//! `memcpy`), not element by element through serde (ndarray's serde, ~2.5×
+//! slower). Between the workers of one process batches move as objects
+//! (timely's typed intra-process channels): blocks are shared, not copied.
+//!
+//! **Small batches.** timely's stock containers close a batch by item count,
+//! which, with 4 MiB blocks, makes messages of hundreds of MiB. A [`Batch`]
+//! is full once it holds [`BATCH_BYTES`] of payload (or [`BATCH_ITEMS`]
+//! items), so a message holds at most about one large block.
+
+use crate::threads::{Block, Elem, Pool, SharedBlock, Tuple};
+use std::io::Write;
+use std::sync::{Arc, OnceLock};
+use timely::container::{Accountable, DrainContainer, PushInto, SizableContainer};
+use timely::dataflow::channels::ContainerBytes;
+use tra_optimizer::keyexpr::Key;
+
+/// A batch is shipped once its payload reaches this many bytes.
+pub const BATCH_BYTES: usize = 1 << 20;
+/// … or once it holds this many items.
+pub const BATCH_ITEMS: usize = 1024;
+
+/// The payload of an [`Item`].
+#[derive(Clone)]
+pub enum Body<T: Elem> {
+    /// One tuple on one site.
+    Tuple(Key, SharedBlock<T>),
+    /// The replicated tuples of a relation (every site of the process holds
+    /// this one shared copy), sorted by key.
+    Every(Arc<Vec<Tuple<T>>>),
+    /// A small control record (JSON).
+    Meta(Vec<u8>),
+}
+
+/// One record of a stream.
+#[derive(Clone)]
+pub struct Item<T: Elem> {
+    /// The worker (site) this item goes to when it crosses an exchange.
+    pub dest: u32,
+    /// The site it comes from (orders tuples with equal keys the way the
+    /// thread runtime does); `EVERY_TAG` for tuples taken from a replicated copy.
+    pub tag: u32,
+    /// What it carries.
+    pub body: Body<T>,
+}
+
+/// The tag of tuples that come from a replicated copy (ordered after every site's).
+pub const EVERY_TAG: u32 = u32::MAX;
+
+impl<T: Elem> Item<T> {
+    /// A tuple.
+    pub fn tuple(dest: usize, tag: u32, key: Key, block: SharedBlock<T>) -> Item<T> {
+        Item { dest: dest as u32, tag, body: Body::Tuple(key, block) }
+    }
+    /// A replicated list.
+    pub fn every(dest: usize, list: Arc<Vec<Tuple<T>>>) -> Item<T> {
+        Item { dest: dest as u32, tag: EVERY_TAG, body: Body::Every(list) }
+    }
+    /// A control record.
+    pub fn meta(dest: usize, tag: u32, bytes: Vec<u8>) -> Item<T> {
+        Item { dest: dest as u32, tag, body: Body::Meta(bytes) }
+    }
+
+    /// Payload bytes (for batching).
+    fn payload_bytes(&self) -> usize {
+        let e = std::mem::size_of::<T>();
+        match &self.body {
+            Body::Tuple(k, b) => 16 + 4 * k.len() + b.len() * e,
+            Body::Every(list) => list.iter().map(|(k, b)| 16 + 4 * k.len() + b.len() * e).sum::<usize>() + 16,
+            Body::Meta(m) => 16 + m.len(),
+        }
+    }
+}
+
+/// A container of items, closed by payload size (see the module docs).
+pub struct Batch<T: Elem> {
+    /// The items.
+    pub items: Vec<Item<T>>,
+    bytes: usize,
+}
+
+impl<T: Elem> Clone for Batch<T> {
+    fn clone(&self) -> Self {
+        Batch { items: self.items.clone(), bytes: self.bytes }
+    }
+}
+
+impl<T: Elem> Default for Batch<T> {
+    fn default() -> Self {
+        Batch { items: Vec::new(), bytes: 0 }
+    }
+}
+
+impl<T: Elem> Batch<T> {
+    /// Number of items.
+    pub fn len(&self) -> usize {
+        self.items.len()
+    }
+    /// True without items.
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+    /// Take the items out, leaving the batch empty.
+    pub fn take_items(&mut self) -> Vec<Item<T>> {
+        self.bytes = 0;
+        std::mem::take(&mut self.items)
+    }
+}
+
+impl<T: Elem> Accountable for Batch<T> {
+    fn record_count(&self) -> i64 {
+        self.items.len() as i64
+    }
+    fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+}
+
+impl<T: Elem> DrainContainer for Batch<T> {
+    type Item<'a> = Item<T>;
+    type DrainIter<'a> = std::vec::Drain<'a, Item<T>>;
+    fn drain(&mut self) -> Self::DrainIter<'_> {
+        self.bytes = 0;
+        self.items.drain(..)
+    }
+}
+
+impl<T: Elem> SizableContainer for Batch<T> {
+    fn at_capacity(&self) -> bool {
+        self.bytes >= BATCH_BYTES || self.items.len() >= BATCH_ITEMS
+    }
+    fn ensure_capacity(&mut self, stash: &mut Option<Self>) {
+        if self.items.capacity() == 0 {
+            if let Some(mut s) = stash.take() {
+                s.items.clear();
+                s.bytes = 0;
+                *self = s;
+            }
+        }
+    }
+}
+
+impl<T: Elem> PushInto<Item<T>> for Batch<T> {
+    fn push_into(&mut self, item: Item<T>) {
+        self.bytes += item.payload_bytes();
+        self.items.push(item);
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Bytes.
+
+/// The process-wide block pool of the cluster runtime (blocks decoded from the
+/// wire, read from files and made by kernels come from it and return to it).
+pub fn pool<T: Elem>() -> &'static Pool<T> {
+    static POOLS: OnceLock<(Pool<f32>, Pool<f64>)> = OnceLock::new();
+    let pools = POOLS.get_or_init(|| (Pool::new(), Pool::new()));
+    let any: &dyn std::any::Any = match T::DTYPE {
+        crate::threads::Dtype::F32 => &pools.0,
+        crate::threads::Dtype::F64 => &pools.1,
+    };
+    any.downcast_ref::<Pool<T>>().expect("the pool of the element type")
+}
+
+/// The elements of a block as bytes (native byte order; f32 and f64 have no
+/// padding and every bit pattern is a value).
+pub fn elem_bytes<T: Elem>(data: &[T]) -> &[u8] {
+    assert_eq!(std::mem::size_of::<T>(), T::DTYPE.size());
+    // SAFETY: T is f32 or f64 (Elem's dtype sizes match): plain old data.
+    unsafe { std::slice::from_raw_parts(data.as_ptr() as *const u8, std::mem::size_of_val(data)) }
+}
+
+/// The elements of a block as writable bytes.
+pub fn elem_bytes_mut<T: Elem>(data: &mut [T]) -> &mut [u8] {
+    assert_eq!(std::mem::size_of::<T>(), T::DTYPE.size());
+    // SAFETY: as above; every byte pattern is a valid f32/f64.
+    unsafe { std::slice::from_raw_parts_mut(data.as_mut_ptr() as *mut u8, std::mem::size_of_val(data)) }
+}
+
+const KIND_TUPLE: u32 = 0;
+const KIND_EVERY: u32 = 1;
+const KIND_META: u32 = 2;
+
+fn key_len(k: &Key) -> usize {
+    4 + 4 * k.len()
+}
+
+fn block_len<T: Elem>(b: &Block<T>) -> usize {
+    4 + 8 * b.shape().len() + b.len() * std::mem::size_of::<T>()
+}
+
+fn encoded_len<T: Elem>(items: &[Item<T>]) -> usize {
+    let mut n = 8;
+    for it in items {
+        n += 12;
+        n += match &it.body {
+            Body::Tuple(k, b) => key_len(k) + block_len(b),
+            Body::Every(list) => 8 + list.iter().map(|(k, b)| key_len(k) + block_len(b)).sum::<usize>(),
+            Body::Meta(m) => 8 + m.len(),
+        };
+    }
+    (n + 7) & !7
+}
+
+fn put_key<W: Write>(w: &mut W, k: &Key) {
+    w.write_all(&(k.len() as u32).to_le_bytes()).expect("write");
+    for c in k {
+        w.write_all(&c.to_le_bytes()).expect("write");
+    }
+}
+
+fn put_block<T: Elem, W: Write>(w: &mut W, b: &Block<T>) {
+    w.write_all(&(b.shape().len() as u32).to_le_bytes()).expect("write");
+    for &d in b.shape() {
+        w.write_all(&(d as u64).to_le_bytes()).expect("write");
+    }
+    w.write_all(elem_bytes(b.as_slice())).expect("write");
+}
+
+struct Cursor<'a> {
+    buf: &'a [u8],
+}
+
+impl<'a> Cursor<'a> {
+    fn take(&mut self, n: usize) -> &'a [u8] {
+        assert!(self.buf.len() >= n, "cluster wire: truncated batch");
+        let (a, b) = self.buf.split_at(n);
+        self.buf = b;
+        a
+    }
+    fn u32(&mut self) -> u32 {
+        u32::from_le_bytes(self.take(4).try_into().expect("4 bytes"))
+    }
+    fn u64(&mut self) -> u64 {
+        u64::from_le_bytes(self.take(8).try_into().expect("8 bytes"))
+    }
+    fn key(&mut self) -> Key {
+        let n = self.u32() as usize;
+        (0..n).map(|_| self.u32()).collect()
+    }
+    fn block<T: Elem>(&mut self) -> Block<T> {
+        let rank = self.u32() as usize;
+        let shape: Vec<usize> = (0..rank).map(|_| self.u64() as usize).collect();
+        let mut b = pool::<T>().take(&shape);
+        let n = b.len() * std::mem::size_of::<T>();
+        elem_bytes_mut(b.as_mut_slice()).copy_from_slice(self.take(n));
+        b
+    }
+}
+
+impl<T: Elem> ContainerBytes for Batch<T> {
+    fn from_bytes(bytes: timely::bytes::arc::Bytes) -> Self {
+        let mut c = Cursor { buf: &bytes[..] };
+        let n = c.u64() as usize;
+        let mut batch = Batch { items: Vec::with_capacity(n), bytes: 0 };
+        for _ in 0..n {
+            let dest = c.u32();
+            let tag = c.u32();
+            let body = match c.u32() {
+                KIND_TUPLE => {
+                    let k = c.key();
+                    Body::Tuple(k, Arc::new(c.block()))
+                }
+                KIND_EVERY => {
+                    let m = c.u64() as usize;
+                    let mut list = Vec::with_capacity(m);
+                    for _ in 0..m {
+                        let k = c.key();
+                        list.push((k, Arc::new(c.block())));
+                    }
+                    Body::Every(Arc::new(list))
+                }
+                KIND_META => {
+                    let m = c.u64() as usize;
+                    Body::Meta(c.take(m).to_vec())
+                }
+                other => panic!("cluster wire: unknown item kind {other}"),
+            };
+            batch.push_into(Item { dest, tag, body });
+        }
+        batch
+    }
+
+    fn length_in_bytes(&self) -> usize {
+        encoded_len(&self.items)
+    }
+
+    fn into_bytes<W: Write>(&self, w: &mut W) {
+        w.write_all(&(self.items.len() as u64).to_le_bytes()).expect("write");
+        let mut written = 8;
+        for it in &self.items {
+            w.write_all(&it.dest.to_le_bytes()).expect("write");
+            w.write_all(&it.tag.to_le_bytes()).expect("write");
+            written += 12;
+            match &it.body {
+                Body::Tuple(k, b) => {
+                    w.write_all(&KIND_TUPLE.to_le_bytes()).expect("write");
+                    put_key(w, k);
+                    put_block(w, b);
+                    written += key_len(k) + block_len(b);
+                }
+                Body::Every(list) => {
+                    w.write_all(&KIND_EVERY.to_le_bytes()).expect("write");
+                    w.write_all(&(list.len() as u64).to_le_bytes()).expect("write");
+                    written += 8;
+                    for (k, b) in list.iter() {
+                        put_key(w, k);
+                        put_block(w, b);
+                        written += key_len(k) + block_len(b);
+                    }
+                }
+                Body::Meta(m) => {
+                    w.write_all(&KIND_META.to_le_bytes()).expect("write");
+                    w.write_all(&(m.len() as u64).to_le_bytes()).expect("write");
+                    w.write_all(m).expect("write");
+                    written += 8 + m.len();
+                }
+            }
+        }
+        let pad = ((written + 7) & !7) - written;
+        w.write_all(&[0u8; 8][..pad]).expect("write");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip() {
+        let p = pool::<f32>();
+        let b = Arc::new(p.copy_of(&[2, 3], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.5]));
+        let mut batch = Batch::<f32>::default();
+        batch.push_into(Item::tuple(3, 1, vec![1, 2], b.clone()));
+        batch.push_into(Item::every(0, Arc::new(vec![(vec![0], b.clone()), (vec![7], b.clone())])));
+        batch.push_into(Item::meta(2, 5, b"{\"x\":1}".to_vec()));
+        let mut bytes = Vec::new();
+        batch.into_bytes(&mut bytes);
+        assert_eq!(bytes.len(), batch.length_in_bytes());
+        let back = Batch::<f32>::from_bytes(timely::bytes::arc::BytesMut::from(bytes).freeze());
+        assert_eq!(back.len(), 3);
+        match (&back.items[0].body, back.items[0].dest, back.items[0].tag) {
+            (Body::Tuple(k, bb), 3, 1) => {
+                assert_eq!(k, &vec![1, 2]);
+                assert_eq!(**bb, *b);
+            }
+            _ => panic!("tuple"),
+        }
+        match &back.items[1].body {
+            Body::Every(l) => assert_eq!(l.iter().map(|t| t.0.clone()).collect::<Vec<_>>(), vec![vec![0], vec![7]]),
+            _ => panic!("every"),
+        }
+        match &back.items[2].body {
+            Body::Meta(m) => assert_eq!(m, b"{\"x\":1}"),
+            _ => panic!("meta"),
+        }
+    }
+
+    #[test]
+    fn batches_close_by_bytes() {
+        let p = pool::<f64>();
+        let big = Arc::new(p.zeros(&[256, 1024])); // 2 MiB
+        let mut batch = Batch::<f64>::default();
+        batch.push_into(Item::tuple(0, 0, vec![0], big));
+        assert!(batch.at_capacity());
+        let mut small = Batch::<f64>::default();
+        small.push_into(Item::tuple(0, 0, vec![0], Arc::new(p.zeros(&[4]))));
+        assert!(!small.at_capacity());
+    }
+}

@@ -1,0 +1,249 @@
+//! Block buffers and the pool they come from (the BIDMach idea, paper 002:
+//! cache containers keyed by their dimensions, so that a computation repeated
+//! on data of the same shapes allocates nothing after its first run).
+//!
+//! A [`Block`] owns a row-major buffer and its shape. When a block made by a
+//! [`Pool`] is dropped, its buffer goes back to the pool under its shape, and
+//! the next [`Pool::take`] of that shape gets it again. Blocks are shared
+//! between sites and operators as `Arc<Block<T>>` (a replicated relation is
+//! one copy, whatever the number of sites); the buffer returns to the pool
+//! when the last reference goes.
+
+use super::elem::Elem;
+use ndarray::{ArrayD, ArrayViewD, ArrayViewMutD, Dimension, IxDyn};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// A dense row-major block of `T` with its shape.
+pub struct Block<T: Elem> {
+    data: Vec<T>,
+    shape: IxDyn,
+    home: Option<Arc<PoolInner<T>>>,
+}
+
+/// A block shared between sites and operators.
+pub type SharedBlock<T> = Arc<Block<T>>;
+
+impl<T: Elem> Block<T> {
+    /// A block that belongs to no pool (its buffer is freed when dropped).
+    pub fn detached(shape: &[usize], data: Vec<T>) -> Block<T> {
+        assert_eq!(shape.iter().product::<usize>(), data.len(), "block data does not fit its shape");
+        Block { data, shape: IxDyn(shape), home: None }
+    }
+
+    /// The shape.
+    pub fn shape(&self) -> &[usize] {
+        self.shape.slice()
+    }
+
+    /// The elements, row-major.
+    pub fn as_slice(&self) -> &[T] {
+        &self.data
+    }
+
+    /// The elements, row-major, writable.
+    pub fn as_mut_slice(&mut self) -> &mut [T] {
+        &mut self.data
+    }
+
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        self.data.len()
+    }
+
+    /// True for a block without elements.
+    pub fn is_empty(&self) -> bool {
+        self.data.is_empty()
+    }
+
+    /// An ndarray view.
+    pub fn view(&self) -> ArrayViewD<'_, T> {
+        ArrayViewD::from_shape(self.shape.clone(), &self.data).expect("shape fits data")
+    }
+
+    /// A writable ndarray view.
+    pub fn view_mut(&mut self) -> ArrayViewMutD<'_, T> {
+        ArrayViewMutD::from_shape(self.shape.clone(), &mut self.data).expect("shape fits data")
+    }
+
+    /// A copy as an owned ndarray array.
+    pub fn to_array(&self) -> ArrayD<T> {
+        ArrayD::from_shape_vec(self.shape.clone(), self.data.clone()).expect("shape fits data")
+    }
+
+    /// Give the block a different shape with the same number of elements.
+    pub fn reshape(&mut self, shape: &[usize]) {
+        assert_eq!(shape.iter().product::<usize>(), self.data.len(), "reshape changes the element count");
+        self.shape = IxDyn(shape);
+    }
+}
+
+impl<T: Elem> Drop for Block<T> {
+    fn drop(&mut self) {
+        if let Some(home) = self.home.take() {
+            home.give(&self.shape, std::mem::take(&mut self.data));
+        }
+    }
+}
+
+impl<T: Elem> std::fmt::Debug for Block<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.view())
+    }
+}
+
+impl<T: Elem> PartialEq for Block<T> {
+    fn eq(&self, o: &Self) -> bool {
+        self.shape == o.shape && self.data == o.data
+    }
+}
+
+struct PoolInner<T: Elem> {
+    free: Mutex<HashMap<IxDyn, Vec<Vec<T>>>>,
+    limit_bytes: u64,
+    held_bytes: AtomicU64,
+    fresh: AtomicU64,
+    fresh_bytes: AtomicU64,
+    reused: AtomicU64,
+}
+
+impl<T: Elem> PoolInner<T> {
+    fn give(&self, shape: &IxDyn, data: Vec<T>) {
+        let bytes = (data.capacity() * std::mem::size_of::<T>()) as u64;
+        if bytes == 0 || data.len() != shape.size() {
+            return;
+        }
+        if self.held_bytes.load(Ordering::Relaxed) + bytes > self.limit_bytes {
+            return; // over the limit: free it
+        }
+        self.held_bytes.fetch_add(bytes, Ordering::Relaxed);
+        let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
+        free.entry(shape.clone()).or_default().push(data);
+    }
+}
+
+/// Counters of a pool, for reports and tests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+pub struct PoolStats {
+    /// Buffers allocated fresh (a miss).
+    pub fresh_allocations: u64,
+    /// Bytes of those buffers.
+    pub fresh_bytes: u64,
+    /// Buffers handed out again (a hit).
+    pub reuses: u64,
+    /// Bytes held for reuse right now.
+    pub held_bytes: u64,
+}
+
+/// A pool of block buffers keyed by shape. Cloning gives another handle to
+/// the same pool.
+pub struct Pool<T: Elem> {
+    inner: Arc<PoolInner<T>>,
+}
+
+impl<T: Elem> Clone for Pool<T> {
+    fn clone(&self) -> Self {
+        Pool { inner: self.inner.clone() }
+    }
+}
+
+impl<T: Elem> Default for Pool<T> {
+    fn default() -> Self {
+        Pool::new()
+    }
+}
+
+impl<T: Elem> Pool<T> {
+    /// A pool without a limit on what it holds.
+    pub fn new() -> Pool<T> {
+        Pool::with_limit(u64::MAX)
+    }
+
+    /// A pool that frees returned buffers instead of keeping them once it
+    /// holds `limit_bytes`.
+    pub fn with_limit(limit_bytes: u64) -> Pool<T> {
+        Pool {
+            inner: Arc::new(PoolInner {
+                free: Mutex::new(HashMap::new()),
+                limit_bytes,
+                held_bytes: AtomicU64::new(0),
+                fresh: AtomicU64::new(0),
+                fresh_bytes: AtomicU64::new(0),
+                reused: AtomicU64::new(0),
+            }),
+        }
+    }
+
+    /// A block of this shape. Its contents are unspecified (zeros when fresh,
+    /// the previous user's values when reused): the caller overwrites them.
+    pub fn take(&self, shape: &[usize]) -> Block<T> {
+        let key = IxDyn(shape);
+        let n = key.size();
+        let reused = if n == 0 {
+            None
+        } else {
+            let mut free = self.inner.free.lock().unwrap_or_else(|e| e.into_inner());
+            free.get_mut(&key).and_then(|list| list.pop())
+        };
+        let data = match reused {
+            Some(v) => {
+                self.inner.reused.fetch_add(1, Ordering::Relaxed);
+                self.inner.held_bytes.fetch_sub((v.capacity() * std::mem::size_of::<T>()) as u64, Ordering::Relaxed);
+                v
+            }
+            None => {
+                self.inner.fresh.fetch_add(1, Ordering::Relaxed);
+                self.inner.fresh_bytes.fetch_add((n * std::mem::size_of::<T>()) as u64, Ordering::Relaxed);
+                vec![T::ZERO; n]
+            }
+        };
+        Block { data, shape: key, home: Some(self.inner.clone()) }
+    }
+
+    /// A block of zeros.
+    pub fn zeros(&self, shape: &[usize]) -> Block<T> {
+        let mut b = self.take(shape);
+        b.as_mut_slice().fill(T::ZERO);
+        b
+    }
+
+    /// A pooled copy of a slice with a shape.
+    pub fn copy_of(&self, shape: &[usize], data: &[T]) -> Block<T> {
+        let mut b = self.take(shape);
+        b.as_mut_slice().copy_from_slice(data);
+        b
+    }
+
+    /// A pooled block from an ndarray array (any layout), converting elements.
+    pub fn from_array<S: Copy + 'static>(&self, a: &ndarray::ArrayViewD<'_, S>, convert: impl Fn(S) -> T) -> Block<T> {
+        let mut b = self.take(a.shape());
+        if let Some(s) = a.as_slice() {
+            for (o, &x) in b.as_mut_slice().iter_mut().zip(s) {
+                *o = convert(x);
+            }
+        } else {
+            for (o, &x) in b.as_mut_slice().iter_mut().zip(a.iter()) {
+                *o = convert(x);
+            }
+        }
+        b
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> PoolStats {
+        PoolStats {
+            fresh_allocations: self.inner.fresh.load(Ordering::Relaxed),
+            fresh_bytes: self.inner.fresh_bytes.load(Ordering::Relaxed),
+            reuses: self.inner.reused.load(Ordering::Relaxed),
+            held_bytes: self.inner.held_bytes.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Free every buffer the pool holds.
+    pub fn clear(&self) {
+        let mut free = self.inner.free.lock().unwrap_or_else(|e| e.into_inner());
+        free.clear();
+        self.inner.held_bytes.store(0, Ordering::Relaxed);
+    }
+}

@@ -1,0 +1,1396 @@
+//! The thread runtime: one worker thread per site, in lockstep over the plan.
+//!
+//! Every site thread walks the plan's nodes in the same order. For a local
+//! operator it computes its own site's part; for a shuffle it routes its
+//! tuples into per-destination outboxes, meets the others at a barrier and
+//! collects its inbox; a broadcast publishes one replicated list that every
+//! site shares. Blocks are `Arc`s: an exchange moves pointers, never floats,
+//! and a replicated relation is one copy however many sites hold it. Every
+//! node ends at a barrier, after which any site may read any site's value
+//! (needed for the few operators whose reference semantics are global: a
+//! concat's piece count, the aggregation of replicated tuples).
+//!
+//! The kernel work of a site (one kernel call per output tuple or group) runs
+//! on a shared pool of worker threads, one per core, so that sites with more
+//! work than others do not leave cores idle; each kernel call is
+//! single-threaded.
+//!
+//! Semantics are those of the reference interpreter ([`crate::reference`]),
+//! including [`Site::Everywhere`] for replicated tuples, partial aggregates,
+//! the order of folds, `local_map`'s pairing of blocks and keys and the count
+//! of floats moved: every test compares the two.
+//!
+//! **Fusion.** A `local_aggregate(matAdd)` whose operand is a `local_join` with
+//! a matrix-product kernel used by nothing else runs as one operator: each
+//! output block is `Σ A·B`, accumulated by GEMM into the output block
+//! (`C += A·B`), without materialising the products.
+
+use super::elem::Elem;
+use super::kernels::{concat_pieces, fold, matmul_into_par, FastKernel, MatMulKind};
+use super::pool::{Block, Pool, PoolStats, SharedBlock};
+use crate::reference::{AnyLayout, InterpError};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use rayon::prelude::*;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Instant;
+use tra_optimizer::kernel::{KernelError, KernelRef};
+use tra_optimizer::keyexpr::{Key, KeyFn, Predicate};
+use tra_optimizer::placement::site_of;
+use tra_optimizer::program::{topo_order, IaOp, InputDecl, Operator, PlacementDecl, Plan};
+
+type Res<T> = Result<T, InterpError>;
+
+/// A tuple: key and shared block.
+pub type Tuple<T> = (Key, SharedBlock<T>);
+
+/// A tensor relation of shared blocks: tuples sorted by key, keys unique.
+#[derive(Debug, Clone, Default)]
+pub struct TRelation<T: Elem> {
+    /// The tuples, sorted by key.
+    pub tuples: Vec<Tuple<T>>,
+}
+
+impl<T: Elem> TRelation<T> {
+    /// A relation from tuples in any order; a repeated key is an error.
+    pub fn new(mut tuples: Vec<Tuple<T>>) -> Result<TRelation<T>, String> {
+        tuples.sort_by(|a, b| a.0.cmp(&b.0));
+        if let Some(w) = tuples.windows(2).find(|w| w[0].0 == w[1].0) {
+            return Err(format!("key {:?} given twice", w[0].0));
+        }
+        Ok(TRelation { tuples })
+    }
+
+    /// Number of tuples.
+    pub fn len(&self) -> usize {
+        self.tuples.len()
+    }
+
+    /// True without tuples.
+    pub fn is_empty(&self) -> bool {
+        self.tuples.is_empty()
+    }
+
+    /// The block of a key.
+    pub fn get(&self, key: &[u32]) -> Option<&SharedBlock<T>> {
+        self.tuples.binary_search_by(|t| t.0.as_slice().cmp(key)).ok().map(|i| &self.tuples[i].1)
+    }
+
+    /// Floats in all blocks.
+    pub fn floats(&self) -> u64 {
+        self.tuples.iter().map(|t| t.1.len() as u64).sum()
+    }
+}
+
+/// The physical value of a node: each site's own tuples, and the replicated
+/// tuples every site holds (one shared copy). Each list is sorted by key.
+#[derive(Debug, Clone)]
+pub struct PhysValue<T: Elem> {
+    /// Site `s`'s tuples (the reference's `Site::At(s)`).
+    pub sites: Vec<Arc<Vec<Tuple<T>>>>,
+    /// Tuples on every site (the reference's `Site::Everywhere`).
+    pub everywhere: Arc<Vec<Tuple<T>>>,
+}
+
+impl<T: Elem> PhysValue<T> {
+    /// Project the site away; a key held more than once (partial aggregates)
+    /// is an error, as in the reference's `erase`.
+    pub fn erase(&self) -> Result<TRelation<T>, InterpError> {
+        self.erase_named(None)
+    }
+
+    pub(crate) fn erase_named(&self, node: Option<&str>) -> Result<TRelation<T>, InterpError> {
+        use crate::reference::Site;
+        let mut all: Vec<(&Key, Site, &SharedBlock<T>)> = Vec::new();
+        for (s, list) in self.sites.iter().enumerate() {
+            all.extend(list.iter().map(|(k, b)| (k, Site::At(s), b)));
+        }
+        all.extend(self.everywhere.iter().map(|(k, b)| (k, Site::Everywhere, b)));
+        all.sort_by(|a, b| a.0.cmp(b.0).then(a.1.cmp(&b.1)));
+        let mut out: Vec<Tuple<T>> = Vec::with_capacity(all.len());
+        let mut i = 0;
+        while i < all.len() {
+            let mut j = i + 1;
+            while j < all.len() && all[j].0 == all[i].0 {
+                j += 1;
+            }
+            if j - i > 1 {
+                return Err(InterpError::NotATensorRelation {
+                    node: node.map(str::to_string),
+                    key: all[i].0.clone(),
+                    sites: all[i..j].iter().map(|t| t.1).collect(),
+                });
+            }
+            out.push((all[i].0.clone(), all[i].2.clone()));
+            i = j;
+        }
+        Ok(TRelation { tuples: out })
+    }
+
+    /// Number of tuples (a replicated tuple counts once).
+    pub fn tuples(&self) -> u64 {
+        self.sites.iter().map(|l| l.len() as u64).sum::<u64>() + self.everywhere.len() as u64
+    }
+}
+
+/// Progress counters a caller may watch while a run goes on.
+#[derive(Debug, Default)]
+pub struct Progress {
+    /// Catalog flops of the kernel calls finished so far.
+    pub flops_done: AtomicU64,
+    /// Plan nodes finished so far.
+    pub nodes_done: AtomicU64,
+}
+
+/// How to run.
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    /// Where the tuples of inputs declared `any` go.
+    pub layout: AnyLayout,
+    /// Fuse `local_aggregate(matAdd) ∘ local_join(matMul…)` into accumulating GEMMs.
+    pub fuse: bool,
+    /// Keep the value of every node (not only the outputs) in the result.
+    pub keep_values: bool,
+    /// Counters to update while running.
+    pub progress: Option<Arc<Progress>>,
+}
+
+impl Default for RunOptions {
+    fn default() -> Self {
+        RunOptions { layout: AnyLayout::RoundRobin, fuse: true, keep_values: false, progress: None }
+    }
+}
+
+/// Figures of one plan node.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct NodeStats {
+    /// The node.
+    pub name: String,
+    /// Its operator.
+    pub op: &'static str,
+    /// Wall time from the start of the node on all sites to its end on all sites.
+    pub wall_ms: f64,
+    /// Time each site spent computing it.
+    pub site_ms: Vec<f64>,
+    /// Floats moved (shuffles and broadcasts).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub floats_moved: Option<u64>,
+    /// Tuples of its value (a replicated tuple once); absent when fused.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tuples: Option<u64>,
+    /// The node this one was fused into (its time is counted there).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fused_into: Option<String>,
+}
+
+/// What a run measured.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct RunReport {
+    /// Sites (worker threads of the plan).
+    pub sites: usize,
+    /// Kernel threads.
+    pub threads: usize,
+    /// Element type.
+    pub dtype: &'static str,
+    /// Wall time of the whole run (placing inputs included).
+    pub wall_ms: f64,
+    /// Floats moved by all shuffles and broadcasts.
+    pub network_floats: u64,
+    /// Per node, in execution order.
+    pub nodes: Vec<NodeStats>,
+    /// Buffer pool counters after the run.
+    pub pool: PoolStats,
+    /// Block bytes allocated fresh during this run (0 when everything came from the pool).
+    pub fresh_block_bytes: u64,
+}
+
+/// What a run computed.
+#[derive(Debug, Clone)]
+pub struct ThreadRun<T: Elem> {
+    /// The value of every plan output.
+    pub outputs: BTreeMap<String, PhysValue<T>>,
+    /// Inputs and nodes (only with [`RunOptions::keep_values`]; fused joins absent).
+    pub values: BTreeMap<String, PhysValue<T>>,
+    /// Floats moved by every shuffle and broadcast.
+    pub floats_moved: BTreeMap<String, u64>,
+    /// Timings and counters.
+    pub report: RunReport,
+}
+
+impl<T: Elem> ThreadRun<T> {
+    /// Floats moved by all exchanges.
+    pub fn total_floats_moved(&self) -> u64 {
+        self.floats_moved.values().sum()
+    }
+
+    /// Every output with the site projected away.
+    pub fn erased_outputs(&self) -> Result<BTreeMap<String, TRelation<T>>, InterpError> {
+        self.outputs.iter().map(|(n, v)| Ok((n.clone(), v.erase_named(Some(n))?))).collect()
+    }
+}
+
+/// The thread executor: a buffer pool and a pool of kernel threads, reused
+/// across runs.
+pub struct ThreadRuntime<T: Elem> {
+    pool: Pool<T>,
+    workers: rayon::ThreadPool,
+    threads: usize,
+}
+
+impl<T: Elem> Default for ThreadRuntime<T> {
+    fn default() -> Self {
+        ThreadRuntime::new()
+    }
+}
+
+impl<T: Elem> ThreadRuntime<T> {
+    /// One kernel thread per core.
+    pub fn new() -> ThreadRuntime<T> {
+        let n = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+        ThreadRuntime::with_threads(n)
+    }
+
+    /// `threads` kernel threads (at least one).
+    pub fn with_threads(threads: usize) -> ThreadRuntime<T> {
+        let threads = threads.max(1);
+        let workers = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .thread_name(|i| format!("tra-kernel-{i}"))
+            .build()
+            .expect("cannot start kernel threads");
+        ThreadRuntime { pool: Pool::new(), workers, threads }
+    }
+
+    /// The buffer pool (make input blocks from it so they are reused too).
+    pub fn pool(&self) -> &Pool<T> {
+        &self.pool
+    }
+
+    /// Kernel threads.
+    pub fn threads(&self) -> usize {
+        self.threads
+    }
+
+    /// Run an IA plan on `sites` sites. Inputs are placed by their declared
+    /// placement (`opts.layout` for `any`), exactly as the reference places them.
+    pub fn run(
+        &self,
+        plan: &Plan,
+        sites: usize,
+        inputs: &BTreeMap<String, TRelation<T>>,
+        opts: &RunOptions,
+    ) -> Result<ThreadRun<T>, InterpError> {
+        let start = Instant::now();
+        let fresh_before = self.pool.stats().fresh_bytes;
+        if sites == 0 {
+            return Err(InterpError::NoSites);
+        }
+        // Inputs, checked and placed.
+        let mut names: Vec<String> = Vec::new();
+        let mut index: HashMap<String, usize> = HashMap::new();
+        let mut slots: Vec<Slot<T>> = Vec::new();
+        for (name, decl) in &plan.inputs {
+            let rel = inputs.get(name).ok_or_else(|| InterpError::MissingInput(name.clone()))?;
+            check_input(name, decl, rel)?;
+            let (own, every) = place(name, rel, &decl.placement, sites, opts.layout)?;
+            let slot = Slot::new(sites);
+            for (s, list) in own.into_iter().enumerate() {
+                *lock(&slot.own[s]) = Some(Arc::new(list));
+            }
+            *lock(&slot.every) = Some(Arc::new(every));
+            index.insert(name.clone(), slots.len());
+            names.push(name.clone());
+            slots.push(slot);
+        }
+        let order = topo_order(&plan.nodes).map_err(|e| {
+            let at = if e.at.is_empty() { "?".to_string() } else { e.at.clone() };
+            let message = e.message.strip_prefix(&format!("node {at}: ")).unwrap_or(&e.message).to_string();
+            bad(&at, message)
+        })?;
+        if let Some(name) = plan.nodes.keys().find(|n| plan.inputs.contains_key(*n)) {
+            return Err(bad(name, "the name is also an input's"));
+        }
+        for name in &order {
+            index.insert(name.clone(), slots.len());
+            names.push(name.clone());
+            slots.push(Slot::new(sites));
+        }
+        // Operands must exist.
+        for name in &order {
+            for operand in plan.nodes[name].operands() {
+                if !index.contains_key(operand) {
+                    return Err(InterpError::UnknownOperand { node: name.clone(), operand: operand.to_string() });
+                }
+            }
+        }
+        for o in &plan.outputs {
+            if !index.contains_key(o) {
+                return Err(InterpError::UnknownOutput(o.clone()));
+            }
+        }
+
+        // Steps: every node, with fused joins marked.
+        let mut uses: HashMap<&str, usize> = HashMap::new();
+        for op in plan.nodes.values() {
+            for o in op.operands() {
+                *uses.entry(o).or_default() += 1;
+            }
+        }
+        let is_output = |n: &str| plan.outputs.iter().any(|o| o == n);
+        let mut steps: Vec<Step> = Vec::with_capacity(order.len());
+        let mut fused_join: HashMap<String, String> = HashMap::new();
+        for name in &order {
+            let op = &plan.nodes[name];
+            let slot = index[name];
+            let mut step = Step::new(name, op, slot, &index);
+            if opts.fuse {
+                if let IaOp::LocalAggregate { input, kernel, .. } = op {
+                    if let Some(IaOp::LocalJoin { left, right, kernel: jk, .. }) = plan.nodes.get(input) {
+                        let fusable = is_mat_add(kernel)
+                            && MatMulKind::of(jk).is_some()
+                            && uses.get(input.as_str()) == Some(&1)
+                            && !is_output(input);
+                        if fusable {
+                            step.fused = Some(Fused { join: input.clone(), left: index[left], right: index[right] });
+                            step.join_kernel = Some(FastKernel::new(jk));
+                            step.reads = vec![index[left], index[right]];
+                            fused_join.insert(input.clone(), name.clone());
+                        }
+                    }
+                }
+            }
+            steps.push(step);
+        }
+        for step in steps.iter_mut() {
+            if fused_join.contains_key(&step.name) {
+                step.skip = true;
+                step.reads.clear();
+            }
+        }
+        // Release each value after its last reader (unless kept).
+        let mut last_read: HashMap<usize, usize> = HashMap::new();
+        for (i, step) in steps.iter().enumerate() {
+            for &r in &step.reads {
+                last_read.insert(r, i);
+            }
+        }
+        let keep: HashSet<usize> = plan.outputs.iter().map(|o| index[o]).collect();
+        for (&slot, &i) in &last_read {
+            if !opts.keep_values && !keep.contains(&slot) {
+                steps[i].release.push(slot);
+            }
+        }
+
+        let ctx = Ctx {
+            plan,
+            sites,
+            steps: &steps,
+            slots: &slots,
+            pool: &self.pool,
+            workers: &self.workers,
+            barrier: Gate::new(sites),
+            failed_at: AtomicUsize::new(usize::MAX),
+            error: Mutex::new(None),
+            progress: opts.progress.clone(),
+        };
+        std::thread::scope(|scope| {
+            let mut handles = Vec::with_capacity(sites);
+            for s in 0..sites {
+                let ctx = &ctx;
+                let spawned = std::thread::Builder::new()
+                    .name(format!("tra-site-{s}"))
+                    .stack_size(SITE_STACK)
+                    .spawn_scoped(scope, move || ctx.site_main(s));
+                match spawned {
+                    Ok(h) => handles.push(h),
+                    Err(e) => {
+                        // The sites already started must not wait for this one.
+                        ctx.fail(0, s, InterpError::BadNode {
+                            node: "(sites)".into(),
+                            message: format!("cannot start the thread of site {s} of {sites}: {e}"),
+                        });
+                        ctx.barrier.abort();
+                        break;
+                    }
+                }
+            }
+            for h in handles {
+                if h.join().is_err() {
+                    ctx.fail(usize::MAX, 0, bad("?", "a site thread panicked"));
+                }
+            }
+        });
+        if let Some((_, _, e)) = lock(&ctx.error).take() {
+            return Err(e);
+        }
+
+        // Results.
+        let value = |slot: &Slot<T>| PhysValue {
+            sites: slot.own.iter().map(|m| lock(m).clone().unwrap_or_default()).collect(),
+            everywhere: lock(&slot.every).clone().unwrap_or_default(),
+        };
+        let mut outputs = BTreeMap::new();
+        for o in &plan.outputs {
+            outputs.insert(o.clone(), value(&slots[index[o]]));
+        }
+        let mut values = BTreeMap::new();
+        if opts.keep_values {
+            for (i, name) in names.iter().enumerate() {
+                if !fused_join.contains_key(name) {
+                    values.insert(name.clone(), value(&slots[i]));
+                }
+            }
+        }
+        let mut floats_moved = BTreeMap::new();
+        let mut nodes = Vec::with_capacity(steps.len());
+        for step in &steps {
+            let slot = &slots[step.slot];
+            let moved =
+                matches!(step.kind, Kind::Shuffle | Kind::Broadcast).then(|| slot.moved.load(Ordering::Relaxed));
+            if let Some(m) = moved {
+                floats_moved.insert(step.name.clone(), m);
+            }
+            let tuples = (!step.skip).then(|| slot.tuples.load(Ordering::Relaxed));
+            nodes.push(NodeStats {
+                name: step.name.clone(),
+                op: plan.nodes[&step.name].op_name(),
+                wall_ms: slot.wall_ns.load(Ordering::Relaxed) as f64 / 1e6,
+                site_ms: slot.busy_ns.iter().map(|b| b.load(Ordering::Relaxed) as f64 / 1e6).collect(),
+                floats_moved: moved,
+                tuples,
+                fused_into: fused_join.get(&step.name).cloned(),
+            });
+        }
+        let pool = self.pool.stats();
+        let report = RunReport {
+            sites,
+            threads: self.threads,
+            dtype: T::DTYPE.name(),
+            wall_ms: start.elapsed().as_secs_f64() * 1e3,
+            network_floats: floats_moved.values().sum(),
+            nodes,
+            pool,
+            fresh_block_bytes: pool.fresh_bytes - fresh_before,
+        };
+        Ok(ThreadRun { outputs, values, floats_moved, report })
+    }
+}
+
+/// Stack of a site thread (kernels run on the kernel threads).
+const SITE_STACK: usize = 1 << 20;
+
+/// A barrier that can be abandoned: when a site cannot go on (its thread did
+/// not start, or it unwound), the others are released instead of waiting
+/// forever.
+struct Gate {
+    n: usize,
+    state: Mutex<(usize, u64, bool)>,
+    cv: Condvar,
+}
+
+impl Gate {
+    fn new(n: usize) -> Gate {
+        Gate { n, state: Mutex::new((0, 0, false)), cv: Condvar::new() }
+    }
+
+    /// Wait for every site; false when the gate was abandoned.
+    fn wait(&self) -> bool {
+        let mut g = lock(&self.state);
+        if g.2 {
+            return false;
+        }
+        g.0 += 1;
+        if g.0 == self.n {
+            g.0 = 0;
+            g.1 += 1;
+            self.cv.notify_all();
+            return true;
+        }
+        let generation = g.1;
+        while g.1 == generation && !g.2 {
+            g = self.cv.wait(g).unwrap_or_else(|e| e.into_inner());
+        }
+        !g.2 || g.1 != generation
+    }
+
+    fn abort(&self) {
+        let mut g = lock(&self.state);
+        g.2 = true;
+        self.cv.notify_all();
+    }
+}
+
+fn is_mat_add(k: &KernelRef) -> bool {
+    matches!(k, KernelRef::Named { name, args } if name == "matAdd" && args.is_empty())
+}
+
+fn lock<X>(m: &Mutex<X>) -> std::sync::MutexGuard<'_, X> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+// ---------------------------------------------------------------------------
+// Plan steps and shared state.
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Kind {
+    Broadcast,
+    Shuffle,
+    Local,
+}
+
+struct Fused {
+    join: String,
+    left: usize,
+    right: usize,
+}
+
+struct Step {
+    name: String,
+    kind: Kind,
+    slot: usize,
+    /// Operand slots, in operand order.
+    args: Vec<usize>,
+    /// Slots this step reads (operands, or a fused join's operands).
+    reads: Vec<usize>,
+    /// Slots to release after this step.
+    release: Vec<usize>,
+    /// A join computed inside the next aggregation.
+    skip: bool,
+    fused: Option<Fused>,
+    kernel: Option<FastKernel>,
+    join_kernel: Option<FastKernel>,
+}
+
+impl Step {
+    fn new(name: &str, op: &IaOp, slot: usize, index: &HashMap<String, usize>) -> Step {
+        let args: Vec<usize> = op.operands().iter().map(|o| index[*o]).collect();
+        let kind = match op {
+            IaOp::Broadcast { .. } => Kind::Broadcast,
+            IaOp::Shuffle { .. } => Kind::Shuffle,
+            _ => Kind::Local,
+        };
+        let kernel = match op {
+            IaOp::LocalJoin { kernel, .. } | IaOp::LocalAggregate { kernel, .. } => Some(FastKernel::new(kernel)),
+            IaOp::LocalMap { kernel: Some(k), .. } => Some(FastKernel::new(k)),
+            _ => None,
+        };
+        Step {
+            name: name.to_string(),
+            kind,
+            slot,
+            reads: args.clone(),
+            args,
+            release: Vec::new(),
+            skip: false,
+            fused: None,
+            kernel,
+            join_kernel: None,
+        }
+    }
+}
+
+type List<T> = Arc<Vec<Tuple<T>>>;
+
+/// Global facts about an aggregation's input, computed once.
+#[derive(Default)]
+struct Aux {
+    /// The piece count of a concat aggregation.
+    concat_count: u32,
+    /// Group keys that have a tuple on some site (only when the input also
+    /// has replicated tuples).
+    at_groups: Option<HashSet<Key>>,
+}
+
+struct Slot<T: Elem> {
+    own: Vec<Mutex<Option<List<T>>>>,
+    every: Mutex<Option<List<T>>>,
+    aux: Mutex<Option<Arc<Aux>>>,
+    outbox: Vec<Mutex<Vec<Vec<Tuple<T>>>>>,
+    moved: AtomicU64,
+    tuples: AtomicU64,
+    busy_ns: Vec<AtomicU64>,
+    wall_ns: AtomicU64,
+}
+
+impl<T: Elem> Slot<T> {
+    fn new(sites: usize) -> Slot<T> {
+        Slot {
+            own: (0..sites).map(|_| Mutex::new(None)).collect(),
+            every: Mutex::new(None),
+            aux: Mutex::new(None),
+            outbox: (0..sites).map(|_| Mutex::new(Vec::new())).collect(),
+            moved: AtomicU64::new(0),
+            tuples: AtomicU64::new(0),
+            busy_ns: (0..sites).map(|_| AtomicU64::new(0)).collect(),
+            wall_ns: AtomicU64::new(0),
+        }
+    }
+}
+
+struct Ctx<'a, T: Elem> {
+    plan: &'a Plan,
+    sites: usize,
+    steps: &'a [Step],
+    slots: &'a [Slot<T>],
+    pool: &'a Pool<T>,
+    workers: &'a rayon::ThreadPool,
+    barrier: Gate,
+    /// The first step any site failed at: every site stops after that
+    /// step's barrier (a site that fails a later step while a slow one is
+    /// still checking an earlier one must not make it stop early).
+    failed_at: AtomicUsize,
+    /// (step, site, error): the first by step, then site, wins.
+    error: Mutex<Option<(usize, usize, InterpError)>>,
+    progress: Option<Arc<Progress>>,
+}
+
+fn panic_message(e: Box<dyn std::any::Any + Send>) -> String {
+    e.downcast_ref::<String>()
+        .cloned()
+        .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_else(|| "a kernel panicked".into())
+}
+
+impl<'a, T: Elem> Ctx<'a, T> {
+    fn fail(&self, step: usize, site: usize, e: InterpError) {
+        let mut slot = lock(&self.error);
+        let replace = match &*slot {
+            None => true,
+            Some((st, si, _)) => (step, site) < (*st, *si),
+        };
+        if replace {
+            *slot = Some((step, site, e));
+        }
+        self.failed_at.fetch_min(step, Ordering::SeqCst);
+    }
+
+    fn guarded<R>(&self, step: usize, site: usize, f: impl FnOnce() -> Res<R>) -> Option<R> {
+        match catch_unwind(AssertUnwindSafe(f)) {
+            Ok(Ok(r)) => Some(r),
+            Ok(Err(e)) => {
+                self.fail(step, site, e);
+                None
+            }
+            Err(p) => {
+                self.fail(step, site, bad(&self.steps[step].name, format!("panic: {}", panic_message(p))));
+                None
+            }
+        }
+    }
+
+    fn own(&self, slot: usize, s: usize) -> List<T> {
+        lock(&self.slots[slot].own[s]).clone().unwrap_or_default()
+    }
+
+    fn every(&self, slot: usize) -> List<T> {
+        lock(&self.slots[slot].every).clone().unwrap_or_default()
+    }
+
+    fn any_own(&self, slot: usize) -> bool {
+        (0..self.sites).any(|s| !self.own(slot, s).is_empty())
+    }
+
+    fn count_flops(&self, k: &FastKernel, shapes: &[&[usize]]) {
+        if let Some(p) = &self.progress {
+            p.flops_done.fetch_add(k.kernel().flops(shapes), Ordering::Relaxed);
+        }
+    }
+
+    fn site_main(&self, s: usize) {
+        // Should this thread unwind, the others must not wait for it.
+        struct AbortOnUnwind<'g>(&'g Gate);
+        impl Drop for AbortOnUnwind<'_> {
+            fn drop(&mut self) {
+                if std::thread::panicking() {
+                    self.0.abort();
+                }
+            }
+        }
+        let _guard = AbortOnUnwind(&self.barrier);
+        for (i, step) in self.steps.iter().enumerate() {
+            let t0 = Instant::now();
+            if !step.skip {
+                match step.kind {
+                    Kind::Shuffle => self.shuffle(i, s),
+                    Kind::Broadcast => if let Some(()) = self.guarded(i, s, || self.broadcast(i, s)) {},
+                    Kind::Local => if let Some(()) = self.guarded(i, s, || self.local(i, s)) {},
+                }
+            }
+            let slot = &self.slots[step.slot];
+            slot.busy_ns[s].store(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
+            if !self.barrier.wait() {
+                return;
+            }
+            if s == 0 {
+                slot.wall_ns.store(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
+                if let Some(p) = &self.progress {
+                    p.nodes_done.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            if self.failed_at.load(Ordering::SeqCst) <= i {
+                return;
+            }
+            for &r in &step.release {
+                *lock(&self.slots[r].own[s]) = None;
+                if s == 0 {
+                    *lock(&self.slots[r].every) = None;
+                }
+            }
+        }
+    }
+
+    fn store(&self, step: usize, s: usize, own: Vec<Tuple<T>>) {
+        let slot = &self.slots[self.steps[step].slot];
+        slot.tuples.fetch_add(own.len() as u64, Ordering::Relaxed);
+        *lock(&slot.own[s]) = Some(Arc::new(own));
+    }
+
+    /// The replicated part of a node's value, computed by the first site that
+    /// asks (the others wait for it and share it).
+    fn every_once(&self, step: usize, f: impl FnOnce() -> Res<Vec<Tuple<T>>>) -> Res<()> {
+        let slot = &self.slots[self.steps[step].slot];
+        let mut g = lock(&slot.every);
+        if g.is_none() {
+            let r = catch_unwind(AssertUnwindSafe(f))
+                .unwrap_or_else(|p| Err(bad(&self.steps[step].name, format!("panic: {}", panic_message(p)))));
+            match r {
+                Ok(v) => {
+                    slot.tuples.fetch_add(v.len() as u64, Ordering::Relaxed);
+                    *g = Some(Arc::new(v));
+                }
+                Err(e) => {
+                    *g = Some(Arc::default());
+                    return Err(e);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    // -----------------------------------------------------------------------
+    // Exchanges.
+
+    fn broadcast(&self, i: usize, s: usize) -> Res<()> {
+        let step = &self.steps[i];
+        let x = step.args[0];
+        let sites = self.sites as u64;
+        let slot = &self.slots[step.slot];
+        let mut moved = sites * floats(&self.own(x, s));
+        if s == 0 {
+            moved += sites * floats(&self.every(x));
+        }
+        slot.moved.fetch_add(moved, Ordering::Relaxed);
+        self.store(i, s, Vec::new());
+        self.every_once(i, || {
+            let mut all: Vec<Tuple<T>> = Vec::new();
+            for t in 0..self.sites {
+                all.extend(self.own(x, t).iter().cloned());
+            }
+            all.extend(self.every(x).iter().cloned());
+            all.sort_by(|a, b| a.0.cmp(&b.0));
+            Ok(all)
+        })
+    }
+
+    fn shuffle(&self, i: usize, s: usize) {
+        let step = &self.steps[i];
+        let IaOp::Shuffle { dims, .. } = &self.plan.nodes[&step.name] else { unreachable!() };
+        let x = step.args[0];
+        let slot = &self.slots[step.slot];
+        // Phase 1: route this site's tuples; keep the replicated tuples bound here.
+        let mine = self.guarded(i, s, || {
+            let mut buckets: Vec<Vec<Tuple<T>>> = vec![Vec::new(); self.sites];
+            let mut moved = 0u64;
+            for t in self.own(x, s).iter() {
+                project(&step.name, &t.0, dims)?;
+                moved += t.1.len() as u64;
+                buckets[site_of(&t.0, dims, self.sites)].push(t.clone());
+            }
+            let mut mine = Vec::new();
+            for t in self.every(x).iter() {
+                project(&step.name, &t.0, dims)?;
+                if site_of(&t.0, dims, self.sites) == s {
+                    moved += t.1.len() as u64;
+                    mine.push(t.clone());
+                }
+            }
+            slot.moved.fetch_add(moved, Ordering::Relaxed);
+            *lock(&slot.outbox[s]) = buckets;
+            Ok(mine)
+        });
+        if !self.barrier.wait() {
+            return;
+        }
+        // Phase 2: collect the inbox.
+        if let Some(mine) = mine {
+            let mut got: Vec<Tuple<T>> = Vec::new();
+            for src in 0..self.sites {
+                let mut out = lock(&slot.outbox[src]);
+                if let Some(b) = out.get_mut(s) {
+                    got.append(b);
+                }
+            }
+            got.extend(mine);
+            got.sort_by(|a, b| a.0.cmp(&b.0));
+            self.store(i, s, got);
+            if s == 0 {
+                *lock(&slot.every) = Some(Arc::default());
+            }
+        }
+    }
+
+    // -----------------------------------------------------------------------
+    // Local operators.
+
+    fn local(&self, i: usize, s: usize) -> Res<()> {
+        let step = &self.steps[i];
+        let node = step.name.as_str();
+        let op = &self.plan.nodes[node];
+        if let Some(f) = &step.fused {
+            return self.fused_matmul(i, s, f);
+        }
+        match op {
+            IaOp::LocalFilter { predicate, .. } => {
+                let x = step.args[0];
+                let own = filter(node, predicate, &self.own(x, s))?;
+                self.store(i, s, own);
+                self.every_once(i, || filter(node, predicate, &self.every(x)))
+            }
+            IaOp::LocalMap { key, .. } => {
+                let x = step.args[0];
+                let own = self.map(node, key.as_ref(), step.kernel.as_ref(), &self.own(x, s))?;
+                self.store(i, s, own);
+                self.every_once(i, || self.map(node, key.as_ref(), step.kernel.as_ref(), &self.every(x)))
+            }
+            IaOp::LocalJoin { left_keys, right_keys, .. } => {
+                let (l, r) = (step.args[0], step.args[1]);
+                let k = step.kernel.as_ref().expect("join kernel");
+                let (lo, le, ro, re) = (self.own(l, s), self.every(l), self.own(r, s), self.every(r));
+                let pairs = join_pairs(node, left_keys, right_keys, &lo, &le, &ro, &re, false)?;
+                let own = self.join_blocks(node, k, pairs)?;
+                self.store(i, s, own);
+                self.every_once(i, || {
+                    let pairs = join_pairs(node, left_keys, right_keys, &[], &le, &[], &re, true)?;
+                    self.join_blocks(node, k, pairs)
+                })
+            }
+            IaOp::LocalAggregate { group_by, kernel, .. } => {
+                let x = step.args[0];
+                let k = step.kernel.as_ref().expect("aggregate kernel");
+                let concat = concat_kernel(node, kernel)?;
+                let (own, every) = (self.own(x, s), self.every(x));
+                let aux = self.aux(i, || {
+                    let mut aux = Aux::default();
+                    if let Some((key_dim, _)) = concat {
+                        let mut count = 0u32;
+                        for t in 0..self.sites {
+                            count = count.max(concat_count(node, self.own(x, t).iter().map(|t| &t.0), key_dim)?);
+                        }
+                        aux.concat_count = count.max(concat_count(node, every.iter().map(|t| &t.0), key_dim)?);
+                    }
+                    if !every.is_empty() && self.any_own(x) {
+                        let mut set = HashSet::new();
+                        for t in 0..self.sites {
+                            for tu in self.own(x, t).iter() {
+                                set.insert(project(node, &tu.0, group_by)?);
+                            }
+                        }
+                        aux.at_groups = Some(set);
+                    }
+                    Ok(aux)
+                })?;
+                let own_items: Vec<(&Key, bool, &SharedBlock<T>)> = own.iter().map(|t| (&t.0, false, &t.1)).collect();
+                let every_items: Vec<(&Key, bool, &SharedBlock<T>)> =
+                    every.iter().map(|t| (&t.0, true, &t.1)).collect();
+                let groups = agg_groups(node, group_by, &own_items, &every_items, aux.at_groups.as_ref(), false)?;
+                let out = self.agg_blocks(node, k, concat, aux.concat_count, groups)?;
+                self.store(i, s, out);
+                self.every_once(i, || {
+                    let groups = agg_groups(node, group_by, &[], &every_items, aux.at_groups.as_ref(), true)?;
+                    self.agg_blocks(node, k, concat, aux.concat_count, groups)
+                })
+            }
+            IaOp::Broadcast { .. } | IaOp::Shuffle { .. } => unreachable!("exchanges are not local"),
+        }
+    }
+
+    fn aux(&self, i: usize, f: impl FnOnce() -> Res<Aux>) -> Res<Arc<Aux>> {
+        let slot = &self.slots[self.steps[i].slot];
+        let mut g = lock(&slot.aux);
+        if let Some(a) = &*g {
+            return Ok(a.clone());
+        }
+        let a = Arc::new(f()?);
+        *g = Some(a.clone());
+        Ok(a)
+    }
+
+    fn map(
+        &self,
+        node: &str,
+        key: Option<&KeyFn>,
+        kernel: Option<&FastKernel>,
+        input: &[Tuple<T>],
+    ) -> Res<Vec<Tuple<T>>> {
+        let results: Vec<Res<Vec<Tuple<T>>>> = self.workers.install(|| {
+            input
+                .par_iter()
+                .map(|t| {
+                    let keys = match key {
+                        Some(f) => eval_key(node, f, &t.0)?,
+                        None => vec![t.0.clone()],
+                    };
+                    let blocks: Vec<SharedBlock<T>> = match kernel {
+                        Some(k) => {
+                            let out = k.apply(self.pool, &[&t.1]).map_err(|e| kernel_err(node, k.kernel(), e))?;
+                            self.count_flops(k, &[t.1.shape()]);
+                            out.into_iter().map(Arc::new).collect()
+                        }
+                        None => vec![t.1.clone()],
+                    };
+                    if blocks.len() == keys.len() {
+                        Ok(keys.into_iter().zip(blocks).collect())
+                    } else if blocks.len() == 1 {
+                        Ok(keys.into_iter().map(|k| (k, blocks[0].clone())).collect())
+                    } else {
+                        Err(bad(
+                            node,
+                            format!(
+                                "local_map on key {:?}: the key expression gives {} keys but the kernel gives {} blocks \
+                                 (expected as many blocks as keys, or one block)",
+                                t.0,
+                                keys.len(),
+                                blocks.len()
+                            ),
+                        ))
+                    }
+                })
+                .collect()
+        });
+        let mut out = Vec::new();
+        for r in results {
+            out.extend(r?);
+        }
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        Ok(out)
+    }
+
+    fn join_blocks(&self, node: &str, k: &FastKernel, pairs: Vec<(Key, &Tuple<T>, &Tuple<T>)>) -> Res<Vec<Tuple<T>>> {
+        let results: Vec<Res<Tuple<T>>> = self.workers.install(|| {
+            pairs
+                .into_par_iter()
+                .map(|(key, l, r)| {
+                    let mut out = k.apply(self.pool, &[&l.1, &r.1]).map_err(|e| kernel_err(node, k.kernel(), e))?;
+                    if out.len() != 1 {
+                        return Err(bad(
+                            node,
+                            format!("kernel {} gave {} blocks, expected exactly one", k.kernel(), out.len()),
+                        ));
+                    }
+                    self.count_flops(k, &[l.1.shape(), r.1.shape()]);
+                    Ok((key, Arc::new(out.pop().expect("one block"))))
+                })
+                .collect()
+        });
+        let mut out = results.into_iter().collect::<Res<Vec<_>>>()?;
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        Ok(out)
+    }
+
+    fn agg_blocks(
+        &self,
+        node: &str,
+        k: &FastKernel,
+        concat: Option<(usize, usize)>,
+        count: u32,
+        groups: Groups<'_, &SharedBlock<T>>,
+    ) -> Res<Vec<Tuple<T>>> {
+        self.workers.install(|| {
+            groups
+                .into_par_iter()
+                .map(|(g, members)| {
+                    let block = match concat {
+                        Some((key_dim, array_dim)) => {
+                            let mut pieces: Vec<(u32, &Block<T>)> = Vec::with_capacity(members.len());
+                            for (key, _, b) in &members {
+                                pieces.push((project(node, key, &[key_dim])?[0], b));
+                            }
+                            pieces.sort_by_key(|(i, _)| *i);
+                            Arc::new(
+                                concat_pieces(self.pool, &pieces, array_dim, count)
+                                    .map_err(|e| kernel_err(node, k.kernel(), e))?,
+                            )
+                        }
+                        None if members.len() == 1 => {
+                            // A group of one block is that block: share it.
+                            k.kernel().check().map_err(|e| kernel_err(node, k.kernel(), e))?;
+                            if k.kernel().arity() != 2 {
+                                let e = KernelError::BadUse(format!(
+                                    "fold needs a binary kernel, {} takes {} operand(s)",
+                                    k.kernel(),
+                                    k.kernel().arity()
+                                ));
+                                return Err(kernel_err(node, k.kernel(), e));
+                            }
+                            members[0].2.clone()
+                        }
+                        None => {
+                            let blocks: Vec<&Block<T>> = members.iter().map(|m| &**m.2).collect();
+                            let out = fold(k, self.pool, &blocks).map_err(|e| kernel_err(node, k.kernel(), e))?;
+                            if self.progress.is_some() {
+                                for _ in 1..blocks.len() {
+                                    self.count_flops(k, &[blocks[0].shape(), blocks[0].shape()]);
+                                }
+                            }
+                            Arc::new(out)
+                        }
+                    };
+                    Ok((g, block))
+                })
+                .collect()
+        })
+    }
+
+    /// `local_aggregate(g, matAdd, local_join(lk, rk, matMul…, L, R))` in one
+    /// operator: every output block is the sum of its products, accumulated
+    /// by GEMM.
+    fn fused_matmul(&self, i: usize, s: usize, f: &Fused) -> Res<()> {
+        let step = &self.steps[i];
+        let node = step.name.as_str();
+        let IaOp::LocalAggregate { group_by, kernel: agg_kernel, .. } = &self.plan.nodes[node] else { unreachable!() };
+        let IaOp::LocalJoin { left_keys, right_keys, kernel, .. } = &self.plan.nodes[&f.join] else { unreachable!() };
+        let jname = f.join.as_str();
+        let kind = MatMulKind::of(kernel).expect("a matrix product");
+        let (l, r) = (f.left, f.right);
+        let (lo, le, ro, re) = (self.own(l, s), self.every(l), self.own(r, s), self.every(r));
+        let own_pairs = join_pairs(jname, left_keys, right_keys, &lo, &le, &ro, &re, false)?;
+        let every_pairs = join_pairs(jname, left_keys, right_keys, &[], &le, &[], &re, true)?;
+        let aux = self.aux(i, || {
+            let mut aux = Aux::default();
+            let any_own = (0..self.sites).any(|t| !self.own(l, t).is_empty() || !self.own(r, t).is_empty());
+            if !every_pairs.is_empty() && any_own {
+                let mut set = HashSet::new();
+                for t in 0..self.sites {
+                    let (lo, ro) = (self.own(l, t), self.own(r, t));
+                    for (key, _, _) in join_pairs(jname, left_keys, right_keys, &lo, &le, &ro, &re, false)? {
+                        set.insert(project(node, &key, group_by)?);
+                    }
+                }
+                aux.at_groups = Some(set);
+            }
+            Ok(aux)
+        })?;
+        let own_items: Vec<Member<'_, (&Tuple<T>, &Tuple<T>)>> =
+            own_pairs.iter().map(|p| (&p.0, false, (p.1, p.2))).collect();
+        let every_items: Vec<Member<'_, (&Tuple<T>, &Tuple<T>)>> =
+            every_pairs.iter().map(|p| (&p.0, true, (p.1, p.2))).collect();
+        let groups = agg_groups(node, group_by, &own_items, &every_items, aux.at_groups.as_ref(), false)?;
+        let jk = step.join_kernel.clone().unwrap_or_else(|| FastKernel::new(kernel));
+        let own = self.matmul_groups(node, jname, &jk, agg_kernel, kind, groups)?;
+        self.store(i, s, own);
+        self.every_once(i, || {
+            let groups = agg_groups(node, group_by, &[], &every_items, aux.at_groups.as_ref(), true)?;
+            self.matmul_groups(node, jname, &jk, agg_kernel, kind, groups)
+        })
+    }
+
+    fn matmul_groups(
+        &self,
+        node: &str,
+        jname: &str,
+        jk: &FastKernel,
+        agg_kernel: &KernelRef,
+        kind: MatMulKind,
+        groups: Groups<'_, (&Tuple<T>, &Tuple<T>)>,
+    ) -> Res<Vec<Tuple<T>>> {
+        // Parallel over output blocks, single-threaded products; only when a
+        // site has fewer output blocks than kernel threads is a product split.
+        let threads = self.workers.current_num_threads();
+        let split = if groups.is_empty() || groups.len() >= threads { 1 } else { threads / groups.len() };
+        self.workers.install(|| {
+            groups
+                .into_par_iter()
+                .map(|(g, members)| {
+                    let mut shape: Option<Vec<usize>> = None;
+                    for (_, _, (a, b)) in &members {
+                        let sh = jk
+                            .kernel()
+                            .output_shape(&[a.1.shape(), b.1.shape()])
+                            .map_err(|e| kernel_err(jname, jk.kernel(), e))?;
+                        match &shape {
+                            None => shape = Some(sh),
+                            Some(first) if *first != sh => {
+                                let e = agg_kernel.output_shape(&[first, &sh]).err().unwrap_or_else(|| {
+                                    KernelError::BadShape(format!(
+                                        "matAdd: operand shapes differ: {first:?} and {sh:?}"
+                                    ))
+                                });
+                                return Err(kernel_err(node, agg_kernel, e));
+                            }
+                            _ => {}
+                        }
+                    }
+                    let shape = shape.expect("a group has members");
+                    let mut out = self.pool.take(&shape);
+                    for (n, (_, _, (a, b))) in members.iter().enumerate() {
+                        matmul_into_par(
+                            kind,
+                            out.as_mut_slice(),
+                            a.1.as_slice(),
+                            a.1.shape(),
+                            b.1.as_slice(),
+                            b.1.shape(),
+                            n > 0,
+                            split,
+                        );
+                        self.count_flops(jk, &[a.1.shape(), b.1.shape()]);
+                    }
+                    Ok((g, Arc::new(out)))
+                })
+                .collect()
+        })
+    }
+}
+
+fn floats<T: Elem>(list: &[Tuple<T>]) -> u64 {
+    list.iter().map(|t| t.1.len() as u64).sum()
+}
+
+// ---------------------------------------------------------------------------
+// Operator helpers (the reference's, on shared blocks).
+
+type Pair<'a, T> = (Key, &'a Tuple<T>, &'a Tuple<T>);
+
+/// The pairs a local join makes on one site (`every = false`: the site's own
+/// output) or on all sites at once (`every = true`: replicated × replicated),
+/// in the reference's order: left tuples in (site, key) order, each with its
+/// matches in (site, key) order.
+#[allow(clippy::too_many_arguments)]
+fn join_pairs<'a, T: Elem>(
+    node: &str,
+    lk: &[usize],
+    rk: &[usize],
+    l_own: &'a [Tuple<T>],
+    l_every: &'a [Tuple<T>],
+    r_own: &'a [Tuple<T>],
+    r_every: &'a [Tuple<T>],
+    every: bool,
+) -> Res<Vec<Pair<'a, T>>> {
+    if lk.len() != rk.len() {
+        return Err(bad(node, format!("{} left join dims but {} right join dims", lk.len(), rk.len())));
+    }
+    let index = |list: &'a [Tuple<T>]| -> Res<HashMap<Key, Vec<&'a Tuple<T>>>> {
+        let mut m: HashMap<Key, Vec<&'a Tuple<T>>> = HashMap::new();
+        for t in list {
+            m.entry(project(node, &t.0, rk)?).or_default().push(t);
+        }
+        Ok(m)
+    };
+    let (ro, re) = (index(r_own)?, index(r_every)?);
+    let mut out = Vec::new();
+    let none: Vec<&Tuple<T>> = Vec::new();
+    if every {
+        for l in l_every {
+            let jk = project(node, &l.0, lk)?;
+            for r in re.get(&jk).unwrap_or(&none) {
+                out.push((join_key(&l.0, &r.0, rk), l, *r));
+            }
+        }
+        return Ok(out);
+    }
+    for l in l_own {
+        let jk = project(node, &l.0, lk)?;
+        for r in ro.get(&jk).unwrap_or(&none).iter().chain(re.get(&jk).unwrap_or(&none)) {
+            out.push((join_key(&l.0, &r.0, rk), l, *r));
+        }
+    }
+    for l in l_every {
+        let jk = project(node, &l.0, lk)?;
+        for r in ro.get(&jk).unwrap_or(&none) {
+            out.push((join_key(&l.0, &r.0, rk), l, *r));
+        }
+    }
+    Ok(out)
+}
+
+/// A tuple in an aggregation group: its key, whether it is replicated, its payload.
+type Member<'a, P> = (&'a Key, bool, P);
+
+/// Aggregation groups: group key and members.
+type Groups<'a, P> = Vec<(Key, Vec<Member<'a, P>>)>;
+
+/// The groups a local aggregation folds on one site (`every = false`: the
+/// site's tuples with the replicated tuples of groups that have site tuples
+/// somewhere) or once for all sites (`every = true`: groups with replicated
+/// tuples only). Members in (key, site) order; groups in key order.
+fn agg_groups<'a, P: Copy>(
+    node: &str,
+    group_by: &[usize],
+    own: &[Member<'a, P>],
+    every: &[Member<'a, P>],
+    at_groups: Option<&HashSet<Key>>,
+    every_part: bool,
+) -> Res<Vec<(Key, Vec<Member<'a, P>>)>> {
+    let mut groups: BTreeMap<Key, Vec<Member<'a, P>>> = BTreeMap::new();
+    if !every_part {
+        for m in own {
+            groups.entry(project(node, m.0, group_by)?).or_default().push(*m);
+        }
+    }
+    for m in every {
+        let g = project(node, m.0, group_by)?;
+        let has_site_tuples = at_groups.is_some_and(|set| set.contains(&g));
+        if has_site_tuples != every_part {
+            groups.entry(g).or_default().push(*m);
+        }
+    }
+    let mut out: Vec<(Key, Vec<Member<'a, P>>)> = groups.into_iter().collect();
+    for (_, members) in out.iter_mut() {
+        members.sort_by(|a, b| a.0.cmp(b.0).then(a.1.cmp(&b.1)));
+    }
+    Ok(out)
+}
+
+fn filter<T: Elem>(node: &str, p: &Predicate, input: &[Tuple<T>]) -> Res<Vec<Tuple<T>>> {
+    let mut out = Vec::new();
+    for t in input {
+        if eval_pred(node, p, &t.0)? {
+            out.push(t.clone());
+        }
+    }
+    Ok(out)
+}
+
+fn bad(node: &str, message: impl Into<String>) -> InterpError {
+    InterpError::BadNode { node: node.to_string(), message: message.into() }
+}
+
+fn kernel_err(node: &str, kernel: &KernelRef, e: KernelError) -> InterpError {
+    InterpError::Kernel { node: node.to_string(), kernel: kernel.to_string(), source: e }
+}
+
+fn project(node: &str, key: &[u32], dims: &[usize]) -> Res<Key> {
+    dims.iter()
+        .map(|&d| {
+            key.get(d).copied().ok_or_else(|| {
+                bad(node, format!("key dim {d} does not exist: key {key:?} has {} components", key.len()))
+            })
+        })
+        .collect()
+}
+
+fn join_key(left: &[u32], right: &[u32], rk: &[usize]) -> Key {
+    let mut k = left.to_vec();
+    k.extend(right.iter().enumerate().filter(|(i, _)| !rk.contains(i)).map(|(_, &c)| c));
+    k
+}
+
+fn eval_key(node: &str, f: &KeyFn, key: &[u32]) -> Res<Vec<Key>> {
+    f.eval(key).map_err(|e| InterpError::KeyEval { node: node.to_string(), key: key.to_vec(), source: e })
+}
+
+fn eval_pred(node: &str, p: &Predicate, key: &[u32]) -> Res<bool> {
+    p.eval(key).map_err(|e| InterpError::KeyEval { node: node.to_string(), key: key.to_vec(), source: e })
+}
+
+fn concat_kernel(node: &str, kernel: &KernelRef) -> Res<Option<(usize, usize)>> {
+    match kernel {
+        KernelRef::Named { name, args } if name == "concat" => {
+            let parsed: Vec<Option<usize>> = args.iter().map(|a| a.parse::<usize>().ok()).collect();
+            match parsed.as_slice() {
+                [Some(k), Some(a)] => Ok(Some((*k, *a))),
+                _ => Err(bad(node, format!("kernel {kernel}: concat takes two naturals (key_dim, array_dim)"))),
+            }
+        }
+        _ => Ok(None),
+    }
+}
+
+fn concat_count<'a>(node: &str, keys: impl Iterator<Item = &'a Key>, key_dim: usize) -> Res<u32> {
+    let mut count = 0u32;
+    for k in keys {
+        let c = project(node, k, &[key_dim])?[0];
+        let c1 = c.checked_add(1).ok_or_else(|| bad(node, format!("concat: piece index {c} is too large")))?;
+        count = count.max(c1);
+    }
+    Ok(count)
+}
+
+/// Input data must match its declaration (the reference's check).
+fn check_input<T: Elem>(name: &str, decl: &InputDecl, rel: &TRelation<T>) -> Res<()> {
+    let err = |message: String| InterpError::BadInput { input: name.to_string(), message };
+    let mut key_bounds = Vec::with_capacity(decl.key_bounds.len());
+    for &b in &decl.key_bounds {
+        key_bounds.push(u32::try_from(b).map_err(|_| err(format!("key bound {b} is not a valid bound")))?);
+    }
+    let mut array_bounds = Vec::with_capacity(decl.array_bounds.len());
+    for &b in &decl.array_bounds {
+        array_bounds.push(usize::try_from(b).map_err(|_| err(format!("array bound {b} is not a valid bound")))?);
+    }
+    for w in rel.tuples.windows(2) {
+        if w[0].0 >= w[1].0 {
+            return Err(err(format!("keys {:?} and {:?} are not unique and sorted", w[0].0, w[1].0)));
+        }
+    }
+    for (k, b) in &rel.tuples {
+        if k.len() != key_bounds.len() {
+            return Err(err(format!("key {k:?} has {} components, declared {}", k.len(), key_bounds.len())));
+        }
+        if let Some(d) = (0..k.len()).find(|&d| k[d] >= key_bounds[d]) {
+            return Err(err(format!("key {k:?}: component {d} is not below its bound {}", key_bounds[d])));
+        }
+        if b.shape() != array_bounds.as_slice() {
+            return Err(err(format!("key {k:?}: block shape {:?}, declared {array_bounds:?}", b.shape())));
+        }
+    }
+    Ok(())
+}
+
+/// Place an input: `(each site's tuples, replicated tuples)`, as the
+/// reference's `place`.
+#[allow(clippy::type_complexity)]
+fn place<T: Elem>(
+    name: &str,
+    rel: &TRelation<T>,
+    placement: &PlacementDecl,
+    sites: usize,
+    layout: AnyLayout,
+) -> Res<(Vec<Vec<Tuple<T>>>, Vec<Tuple<T>>)> {
+    let err = |message: String| InterpError::BadInput { input: name.to_string(), message };
+    let mut rng = match layout {
+        AnyLayout::Seeded(seed) => Some(ChaCha8Rng::seed_from_u64(seed)),
+        _ => None,
+    };
+    let mut own: Vec<Vec<Tuple<T>>> = vec![Vec::new(); sites];
+    let mut every = Vec::new();
+    for (i, (k, b)) in rel.tuples.iter().enumerate() {
+        let site = match placement {
+            PlacementDecl::Hash(dims) => {
+                if let Some(&d) = dims.iter().find(|&&d| d >= k.len()) {
+                    return Err(err(format!(
+                        "hash placement on key dim {d}, but key {k:?} has {} components",
+                        k.len()
+                    )));
+                }
+                Some(site_of(k, dims, sites))
+            }
+            PlacementDecl::Replicated => None,
+            PlacementDecl::Any => match layout {
+                AnyLayout::RoundRobin => Some(i % sites),
+                AnyLayout::Seeded(_) => Some(rng.as_mut().expect("seeded").random_range(0..sites)),
+                AnyLayout::OneSite(s) if s < sites => Some(s),
+                AnyLayout::OneSite(s) => {
+                    return Err(err(format!("layout: site {s} does not exist among {sites} sites")))
+                }
+            },
+        };
+        match site {
+            Some(s) => own[s].push((k.clone(), b.clone())),
+            None => every.push((k.clone(), b.clone())),
+        }
+    }
+    Ok((own, every))
+}
