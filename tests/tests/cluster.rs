@@ -83,7 +83,7 @@ fn random_programs_on_the_cluster_equal_threads() {
     let rules = tra_rules::all();
     let limits = Limits { nodes: 20_000, time: std::time::Duration::from_secs(5), ..Limits::default() };
     let mut runs = 0;
-    for seed in 0..40u64 {
+    for seed in 0..100u64 {
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
         let p = random_program(&mut rng, GenOptions { max_nodes: if seed % 3 == 0 { 8 } else { 5 }, sites: 3 });
         let inputs = inputs_for(&p, seed, &rt);

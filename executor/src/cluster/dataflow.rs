@@ -39,7 +39,8 @@ use super::ops::{self, bad, concat_count, concat_kernel, is_mat_add, project, Ex
 use super::wire::{pool, Batch, Body, Item, EVERY_TAG};
 use crate::reference::{AnyLayout, InterpError};
 use crate::threads::kernels::{FastKernel, MatMulKind};
-use crate::threads::{Elem, NodeStats, PhysValue, Tuple};
+use crate::threads::{Block, Elem, NodeStats, PhysValue, SharedBlock, Tuple};
+use tra_optimizer::keyexpr::Key;
 use serde::{Deserialize, Serialize};
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
@@ -65,7 +66,10 @@ fn route<T: Elem>(i: &Item<T>) -> u64 {
     u64::from(i.dest)
 }
 
-fn exchange<T: Elem>() -> ExchangeCore<CB<T>, fn(&Item<T>) -> u64> {
+/// The exchange pact of every stream: routed on each item's `dest`.
+type Pact<T> = ExchangeCore<CB<T>, fn(&Item<T>) -> u64>;
+
+fn exchange<T: Elem>() -> Pact<T> {
     ExchangeCore::new(route::<T> as fn(&Item<T>) -> u64)
 }
 
@@ -227,6 +231,9 @@ struct Step {
 struct Prepared {
     plan: Plan,
     steps: Vec<Step>,
+    /// For inputs that feed a fused matmul: the key dims in the order to read
+    /// the blocks in (join dims fastest), so that whole groups arrive early.
+    read_order: HashMap<String, Vec<usize>>,
 }
 
 fn prepare(plan: &Plan, fuse: bool) -> Result<Prepared, InterpError> {
@@ -319,7 +326,29 @@ fn prepare(plan: &Plan, fuse: bool) -> Result<Prepared, InterpError> {
             step.skip = fused.get(&step.name).cloned();
         }
     }
-    Ok(Prepared { plan: plan.clone(), steps })
+    // Read the operands of fused matmuls with their join dims varying
+    // fastest: a row of X and a column of Y complete early.
+    let mut read_order: HashMap<String, Vec<usize>> = HashMap::new();
+    for step in &steps {
+        let Some(j) = &step.fused else { continue };
+        let IaOp::LocalJoin { left, right, left_keys, right_keys, .. } = &plan.nodes[j] else { continue };
+        for (operand, jdims) in [(left, left_keys), (right, right_keys)] {
+            let source = match plan.nodes.get(operand) {
+                None => operand,
+                Some(IaOp::Shuffle { input, .. }) | Some(IaOp::Broadcast { input }) => input,
+                Some(_) => continue,
+            };
+            let Some(decl) = plan.inputs.get(source) else { continue };
+            let arity = decl.key_bounds.len();
+            if jdims.iter().any(|&d| d >= arity) {
+                continue;
+            }
+            let mut order: Vec<usize> = (0..arity).filter(|d| !jdims.contains(d)).collect();
+            order.extend(jdims.iter().copied());
+            read_order.entry(source.clone()).or_insert(order);
+        }
+    }
+    Ok(Prepared { plan: plan.clone(), steps, read_order })
 }
 
 // ---------------------------------------------------------------------------
@@ -342,9 +371,12 @@ struct Proc<T: Elem> {
     collected: Mutex<Collected<T>>,
 }
 
+/// An output gathered on worker 0: each site's tuples, the replicated ones.
+type Gathered<T> = (Vec<Vec<Tuple<T>>>, Vec<Tuple<T>>);
+
 #[derive(Default)]
 struct Collected<T: Elem> {
-    outputs: BTreeMap<String, (Vec<Vec<Tuple<T>>>, Vec<Tuple<T>>)>,
+    outputs: BTreeMap<String, Gathered<T>>,
     reports: Vec<WorkerReport>,
 }
 
@@ -432,6 +464,9 @@ fn record_error(report: &Report, stage: usize, site: usize, e: &InterpError) {
 struct Stash<T: Elem> {
     own: Vec<(u32, Tuple<T>)>,
     every: Vec<Shared<T>>,
+    /// Replicated tuples delivered one by one (a broadcast's output), with
+    /// their source site.
+    every_tuples: Vec<(u32, Tuple<T>)>,
     meta: Vec<(u32, Vec<u8>)>,
 }
 
@@ -441,6 +476,7 @@ impl<T: Elem> Stash<T> {
             match it.body {
                 Body::Tuple(k, b) => self.own.push((it.tag, (k, b))),
                 Body::Every(list) => self.every.push(list),
+                Body::EveryTuple(k, b) => self.every_tuples.push((it.tag, (k, b))),
                 Body::Meta(m) => self.meta.push((it.tag, m)),
             }
         }
@@ -451,13 +487,18 @@ impl<T: Elem> Stash<T> {
         let mut own = std::mem::take(&mut self.own);
         own.sort_by(|a, b| a.1 .0.cmp(&b.1 .0).then(a.0.cmp(&b.0)));
         let own = own.into_iter().map(|(_, t)| t).collect();
-        let every = match self.every.len() {
-            0 => Arc::default(),
-            1 => self.every.pop().expect("one"),
+        let every = match (self.every.len(), self.every_tuples.is_empty()) {
+            (0, true) => Arc::default(),
+            (1, true) => self.every.pop().expect("one"),
             _ => {
-                let mut all: Vec<Tuple<T>> = self.every.drain(..).flat_map(|l| l.iter().cloned().collect::<Vec<_>>()).collect();
-                all.sort_by(|a, b| a.0.cmp(&b.0));
-                Arc::new(all)
+                // The thread runtime's broadcast order: by key, then source
+                // site, the operand's own replicated tuples last.
+                let mut all = std::mem::take(&mut self.every_tuples);
+                for l in self.every.drain(..) {
+                    all.extend(l.iter().map(|t| (EVERY_TAG, t.clone())));
+                }
+                all.sort_by(|a, b| a.1 .0.cmp(&b.1 .0).then(a.0.cmp(&b.0)));
+                Arc::new(all.into_iter().map(|(_, t)| t).collect())
             }
         };
         (own, every)
@@ -653,7 +694,7 @@ fn connect(addresses: &[String], me: usize, token: u64, timeout: Duration) -> Re
             }
         }
         if !progress {
-            std::thread::sleep(Duration::from_millis(20));
+            std::thread::sleep(Duration::from_millis(2));
         }
     }
     Ok(sockets)
@@ -699,7 +740,12 @@ fn worker_main<T: Elem>(p: &Arc<Proc<T>>, worker: &mut Worker) {
                             .map(|f| (f, wanted))
                             .map_err(|m| InterpError::BadInput { input: name.clone(), message: m })
                     }) {
-                    Ok((file, wanted)) => Pending::Blocks { name: name.clone(), file, wanted, next: 0 },
+                    Ok((file, mut wanted)) => {
+                        if let Some(order) = p.prep.read_order.get(name) {
+                            wanted.sort_by(|a, b| order.iter().map(|&d| a.1[d]).cmp(order.iter().map(|&d| b.1[d])));
+                        }
+                        Pending::Blocks { name: name.clone(), file, wanted, next: 0 }
+                    }
                     Err(e) => Pending::Failed(e),
                 },
                 data => match input::load(name, decl, data, p.sites, p.cfg.layout, Some(me), pool::<T>()) {
@@ -801,7 +847,10 @@ fn build<'s, T: Elem>(
             IaOp::LocalAggregate { input, kernel, .. } => {
                 if let Some(j) = &step.fused {
                     let IaOp::LocalJoin { left, right, .. } = &p.prep.plan.nodes[j] else { unreachable!("fused with a join") };
-                    local2(p, me, i, get(left), get(right), &report)
+                    match stream_plan(p, i, me) {
+                        Some(plan) => streamed_matmul(p, me, i, get(left), get(right), plan, &report),
+                        None => local2(p, me, i, get(left), get(right), &report),
+                    }
                 } else if concat_kernel(&step.name, kernel).ok().flatten().is_some() {
                     let counts = concat_counts(p, me, i, get(input), &report);
                     local1(p, me, i, get(input), Some(counts), &report)
@@ -898,6 +947,20 @@ fn shuffle<'s, T: Elem>(p: &Arc<Proc<T>>, me: usize, i: usize, input: S<'s, T>, 
                                 }
                             }
                         }
+                        Body::EveryTuple(k, b) => match project(&name, &k, &dims) {
+                            Err(e) => {
+                                if !failed {
+                                    record_error(&r1, stage(i), me, &e);
+                                    failed = true;
+                                }
+                            }
+                            Ok(_) => {
+                                if site_of(&k, &dims, sites) == me {
+                                    moved += b.len() as u64;
+                                    session.give(Item::tuple(me, EVERY_TAG, k, b));
+                                }
+                            }
+                        },
                         Body::Meta(_) => {}
                     }
                 }
@@ -910,29 +973,25 @@ fn shuffle<'s, T: Elem>(p: &Arc<Proc<T>>, me: usize, i: usize, input: S<'s, T>, 
     arrive_sorted(p2, me, i, routed, r2)
 }
 
-/// The receiving side of a shuffle: once the input is complete, the site's
-/// tuples in (key, source site) order — the order of the thread runtime's
-/// site lists, which the folds of later aggregations follow.
-fn arrive_sorted<'s, T: Elem>(p: Arc<Proc<T>>, me: usize, i: usize, routed: S<'s, T>, report: Report) -> S<'s, T> {
+/// The receiving side of a shuffle: tuples are passed on as they arrive,
+/// each with the site it came from (`tag`): every consumer orders a site's
+/// tuples by (key, source site), the order of the thread runtime's site lists,
+/// which the folds of later aggregations follow.
+fn arrive_sorted<'s, T: Elem>(p: Arc<Proc<T>>, _me: usize, i: usize, routed: S<'s, T>, report: Report) -> S<'s, T> {
     let name = format!("{}: arrive", p.prep.steps[i].name);
-    routed.unary_frontier::<CB<T>, _, _, _>(exchange::<T>(), &name, move |cap, _| {
-        let mut cap = Some(cap);
-        let mut stash = Stash::<T>::default();
+    routed.unary_frontier::<CB<T>, _, _, _>(exchange::<T>(), &name, move |_, _| {
+        let mut noted = false;
+        let mut tuples = 0u64;
         move |(input, frontier), output| {
-            input.for_each(|_, data| stash.absorb(data));
-            if frontier.is_empty() {
-                if let Some(c) = cap.take() {
-                    let (own, _) = stash.parts();
-                    {
-                        let mut r = report.borrow_mut();
-                        r.steps[i].done_ns = p.now_ns();
-                        r.steps[i].tuples += own.len() as u64;
-                    }
-                    let mut session = output.session(&c);
-                    for (k, b) in own {
-                        session.give(Item::tuple(me, me as u32, k, b));
-                    }
-                }
+            input.for_each(|cap, data| {
+                tuples += data.items.iter().filter(|it| matches!(it.body, Body::Tuple(..))).count() as u64;
+                output.session(&cap).give_container(data);
+            });
+            if frontier.is_empty() && !noted {
+                noted = true;
+                let mut r = report.borrow_mut();
+                r.steps[i].done_ns = p.now_ns();
+                r.steps[i].tuples += tuples;
             }
         }
     })
@@ -978,8 +1037,16 @@ fn broadcast<'s, T: Elem>(p: &Arc<Proc<T>>, me: usize, i: usize, input: S<'s, T>
                             if me == 0 {
                                 moved += sites as u64 * list.iter().map(|t| t.1.len() as u64).sum::<u64>();
                             }
-                            if me % workers == 0 {
+                            if me.is_multiple_of(workers) {
                                 session.give(Item::every(me, list));
+                            }
+                        }
+                        Body::EveryTuple(k, b) => {
+                            if me == 0 {
+                                moved += sites as u64 * b.len() as u64;
+                            }
+                            if me.is_multiple_of(workers) {
+                                session.give(Item { dest: me as u32, tag: EVERY_TAG, body: Body::EveryTuple(k, b) });
                             }
                         }
                         Body::Meta(_) => {}
@@ -991,40 +1058,45 @@ fn broadcast<'s, T: Elem>(p: &Arc<Proc<T>>, me: usize, i: usize, input: S<'s, T>
             });
         }
     });
-    // The leader of each process: all tuples, sorted, shared with its workers.
-    let (p2, r2) = (p.clone(), report.clone());
-    let shared = routed.unary_frontier::<CB<T>, _, _, _>(exchange::<T>(), &format!("{name}: leader"), move |cap, _| {
-        let mut cap = Some(cap);
-        let mut stash: Vec<(u32, Tuple<T>)> = Vec::new();
-        move |(input, frontier), output| {
-            input.for_each(|_, data| {
+    // The leader of each process passes every tuple on to the workers of its
+    // process as it comes (one copy per process: the workers share the
+    // block); each worker orders them by key and source site itself.
+    let r2 = report.clone();
+    let shared = routed.unary::<CB<T>, _, _, _>(exchange::<T>(), &format!("{name}: leader"), move |_, _| {
+        move |input, output| {
+            input.for_each(|cap, data| {
+                let t0 = Instant::now();
+                let mut session = output.session(&cap);
+                let mut tuples = 0u64;
                 for it in data.take_items() {
                     match it.body {
-                        Body::Tuple(k, b) => stash.push((it.tag, (k, b))),
-                        Body::Every(list) => stash.extend(list.iter().map(|t| (EVERY_TAG, t.clone()))),
+                        Body::Tuple(k, b) => {
+                            tuples += 1;
+                            for w in 0..workers {
+                                session.give(Item { dest: (me + w) as u32, tag: it.tag, body: Body::EveryTuple(k.clone(), b.clone()) });
+                            }
+                        }
+                        Body::EveryTuple(k, b) => {
+                            tuples += 1;
+                            for w in 0..workers {
+                                session.give(Item { dest: (me + w) as u32, tag: EVERY_TAG, body: Body::EveryTuple(k.clone(), b.clone()) });
+                            }
+                        }
+                        Body::Every(list) => {
+                            tuples += list.len() as u64;
+                            for w in 0..workers {
+                                session.give(Item::every(me + w, list.clone()));
+                            }
+                        }
                         Body::Meta(_) => {}
                     }
                 }
-            });
-            if frontier.is_empty() {
-                if let Some(c) = cap.take() {
-                    let t0 = Instant::now();
-                    if me % workers == 0 {
-                        let mut all = std::mem::take(&mut stash);
-                        all.sort_by(|a, b| a.1 .0.cmp(&b.1 .0).then(a.0.cmp(&b.0)));
-                        let list: Shared<T> = Arc::new(all.into_iter().map(|(_, t)| t).collect());
-                        if me == 0 {
-                            r2.borrow_mut().steps[i].tuples += list.len() as u64;
-                        }
-                        let mut session = output.session(&c);
-                        for w in 0..workers {
-                            session.give(Item::every(me + w, list.clone()));
-                        }
-                    }
-                    r2.borrow_mut().steps[i].busy_ns += t0.elapsed().as_nanos() as u64;
-                    let _ = &p2;
+                let mut r = r2.borrow_mut();
+                if me == 0 {
+                    r.steps[i].tuples += tuples;
                 }
-            }
+                r.steps[i].busy_ns += t0.elapsed().as_nanos() as u64;
+            });
         }
     });
     arrive(p.clone(), i, shared, report.clone())
@@ -1045,7 +1117,7 @@ fn concat_counts<'s, T: Elem>(p: &Arc<Proc<T>>, me: usize, i: usize, input: S<'s
             input.for_each(|_, data| {
                 for it in data.take_items() {
                     let keys: Vec<tra_optimizer::keyexpr::Key> = match &it.body {
-                        Body::Tuple(k, _) => vec![k.clone()],
+                        Body::Tuple(k, _) | Body::EveryTuple(k, _) => vec![k.clone()],
                         Body::Every(list) => list.iter().map(|t| t.0.clone()).collect(),
                         Body::Meta(_) => vec![],
                     };
@@ -1265,6 +1337,7 @@ fn write_out<'s, T: Elem>(me: usize, name: &str, file: OutputFile, s: S<'s, T>, 
                 for it in data.take_items() {
                     let tuples: Vec<Tuple<T>> = match it.body {
                         Body::Tuple(k, b) => vec![(k, b)],
+                        Body::EveryTuple(k, b) if me == 0 => vec![(k, b)],
                         Body::Every(list) if me == 0 => list.iter().cloned().collect(),
                         _ => Vec::new(),
                     };
@@ -1330,6 +1403,7 @@ fn gather<'s, T: Elem>(p: &Arc<Proc<T>>, me: usize, name: &str, s: S<'s, T>) {
                 match it.body {
                     Body::Tuple(k, b) => entry.0[it.tag as usize].push((k, b)),
                     Body::Every(list) => entry.1.extend(list.iter().cloned()),
+                    Body::EveryTuple(k, b) => entry.1.push((k, b)),
                     Body::Meta(_) => {}
                 }
             }
@@ -1417,5 +1491,270 @@ fn finish<T: Elem>(p: &Proc<T>, c: Collected<T>, wall_ms: f64) -> Result<Cluster
         nodes,
         wall_ms,
         load_ms: load_ns as f64 / 1e6,
+    })
+}
+
+// ---------------------------------------------------------------------------
+// The fused matmul, streamed.
+//
+// When both operands of a fused matmul come straight from inputs (an input,
+// a shuffle of one, a broadcast of one), the keys each site will receive are
+// known before any block arrives: the input files hold every key below the
+// key bounds, and placement, shuffle and broadcast are functions of the key.
+// The operator then knows every output block's members in advance (the same
+// pairs in the same order as the batch computation) and computes each output
+// block as soon as its members have arrived, while the rest is still being
+// read and sent: bit for bit the batch result, with the exchange overlapping
+// the GEMMs. The keys received are checked against the expected ones at the
+// end (a difference is an error; it cannot happen for inputs read whole).
+
+/// The keys a stream will hold on site `me` (own, replicated), when they are
+/// known in advance.
+fn expected_keys<T: Elem>(p: &Proc<T>, node: &str, me: usize) -> Option<(Vec<Key>, Vec<Key>)> {
+    let input_keys = |name: &str| -> Option<Vec<Key>> {
+        let decl = p.prep.plan.inputs.get(name)?;
+        match p.inputs.get(name)? {
+            InputData::File(_) => input::bounds(name, decl).ok().map(|(kb, _)| crate::reference::all_keys(&kb)),
+            InputData::Memory(rel) => Some(rel.tuples.iter().map(|t| t.0.clone()).collect()),
+        }
+    };
+    if let Some(decl) = p.prep.plan.inputs.get(node) {
+        let keys = input_keys(node)?;
+        if decl.placement == PlacementDecl::Replicated {
+            return Some((Vec::new(), keys));
+        }
+        let sites = input::sites_of_tuples(node, &keys, &decl.placement, p.sites, p.cfg.layout).ok()?;
+        let own = keys.into_iter().zip(sites).filter(|(_, s)| *s == Some(me)).map(|(k, _)| k).collect();
+        return Some((own, Vec::new()));
+    }
+    match p.prep.plan.nodes.get(node)? {
+        IaOp::Shuffle { input: x, dims } if p.prep.plan.inputs.contains_key(x) => {
+            let keys = input_keys(x)?;
+            if keys.iter().any(|k| dims.iter().any(|&d| d >= k.len())) {
+                return None;
+            }
+            Some((keys.into_iter().filter(|k| site_of(k, dims, p.sites) == me).collect(), Vec::new()))
+        }
+        IaOp::Broadcast { input: x } if p.prep.plan.inputs.contains_key(x) => Some((Vec::new(), input_keys(x)?)),
+        _ => None,
+    }
+}
+
+/// One output block: its key and its members (left key, left replicated?,
+/// right key, right replicated?) in accumulation order.
+type GroupPlan = (Key, Vec<(Key, bool, Key, bool)>);
+
+struct StreamPlan {
+    groups: Vec<GroupPlan>,
+    expected: [(Vec<Key>, Vec<Key>); 2],
+}
+
+/// The output blocks of a fused matmul on site `me` and their members, from
+/// the keys its operands will hold, paired and grouped by the batch code.
+fn stream_plan<T: Elem>(p: &Proc<T>, i: usize, me: usize) -> Option<StreamPlan> {
+    let step = &p.prep.steps[i];
+    let j = step.fused.as_ref()?;
+    let IaOp::LocalJoin { left, right, left_keys, right_keys, .. } = &p.prep.plan.nodes[j] else { return None };
+    let IaOp::LocalAggregate { group_by, .. } = &step.op else { return None };
+    let l = expected_keys(p, left, me)?;
+    let r = expected_keys(p, right, me)?;
+    if !l.1.is_empty() && !r.1.is_empty() {
+        return None; // replicated × replicated: the batch code handles it
+    }
+    let dummy: SharedBlock<T> = Arc::new(pool::<T>().take(&[0]));
+    let tuples = |keys: &[Key]| -> Vec<Tuple<T>> { keys.iter().map(|k| (k.clone(), dummy.clone())).collect() };
+    let (lo, le, ro, re) = (tuples(&l.0), tuples(&l.1), tuples(&r.0), tuples(&r.1));
+    let pairs = ops::join_pairs(j, left_keys, right_keys, &lo, &le, &ro, &re, false).ok()?;
+    let within = |t: &Tuple<T>, list: &[Tuple<T>]| list.as_ptr_range().contains(&(t as *const Tuple<T>));
+    let items: Vec<ops::Member<'_, (&Tuple<T>, &Tuple<T>)>> = pairs.iter().map(|p| (&p.0, false, (p.1, p.2))).collect();
+    let groups = ops::groups(&step.name, group_by, &items).ok()?;
+    let groups = groups
+        .into_iter()
+        .map(|(g, members)| {
+            let m = members.iter().map(|(_, _, (a, b))| (a.0.clone(), within(a, &le), b.0.clone(), within(b, &re))).collect();
+            (g, m)
+        })
+        .collect();
+    Some(StreamPlan { groups, expected: [l, r] })
+}
+
+/// Blocks received so far by one side.
+#[derive(Default)]
+struct Received<T: Elem> {
+    own: HashMap<Key, SharedBlock<T>>,
+    every: HashMap<Key, SharedBlock<T>>,
+    duplicate: bool,
+}
+
+impl<T: Elem> Received<T> {
+    fn note(&mut self, batch: &Batch<T>) {
+        for it in &batch.items {
+            match &it.body {
+                Body::Tuple(k, b) => self.duplicate |= self.own.insert(k.clone(), b.clone()).is_some(),
+                Body::EveryTuple(k, b) => self.duplicate |= self.every.insert(k.clone(), b.clone()).is_some(),
+                Body::Every(list) => {
+                    for (k, b) in list.iter() {
+                        self.duplicate |= self.every.insert(k.clone(), b.clone()).is_some();
+                    }
+                }
+                Body::Meta(_) => {}
+            }
+        }
+    }
+
+    fn get(&self, k: &Key, every: bool) -> Option<&SharedBlock<T>> {
+        if every {
+            self.every.get(k)
+        } else {
+            self.own.get(k)
+        }
+    }
+
+    fn matches(&self, expected: &(Vec<Key>, Vec<Key>)) -> bool {
+        !self.duplicate
+            && self.own.len() == expected.0.len()
+            && self.every.len() == expected.1.len()
+            && expected.0.iter().all(|k| self.own.contains_key(k))
+            && expected.1.iter().all(|k| self.every.contains_key(k))
+    }
+}
+
+fn streamed_matmul<'s, T: Elem>(
+    p: &Arc<Proc<T>>,
+    me: usize,
+    i: usize,
+    left: S<'s, T>,
+    right: S<'s, T>,
+    plan: StreamPlan,
+    report: &Report,
+) -> S<'s, T> {
+    let name = p.prep.steps[i].name.clone();
+    let (p1, r1) = (p.clone(), report.clone());
+    let scope = left.scope();
+    left.binary_frontier::<Batch<T>, CB<T>, _, _, _, _>(right, Pipeline, Pipeline, &name, move |cap, info| {
+        let activator = scope.activator_for(info.address.clone());
+        let mut cap = Some(cap);
+        let (mut ls, mut rs) = (Stash::<T>::default(), Stash::<T>::default());
+        let (mut lr, mut rr) = (Received::<T>::default(), Received::<T>::default());
+        let mut done = vec![false; plan.groups.len()];
+        let mut emitted = 0u64;
+        let mut failed = false;
+        move |(in1, f1), (in2, f2), output| {
+            let Some(c) = cap.as_ref() else { return };
+            in1.for_each(|_, data| {
+                lr.note(data);
+                ls.absorb(data);
+            });
+            in2.for_each(|_, data| {
+                rr.note(data);
+                rs.absorb(data);
+            });
+            let t0 = Instant::now();
+            let complete = f1.is_empty() && f2.is_empty();
+            let step = &p1.prep.steps[i];
+            let node = step.name.as_str();
+            let IaOp::LocalAggregate { kernel: agg_kernel, .. } = &step.op else { unreachable!() };
+            let j = step.fused.as_deref().expect("fused");
+            let jk = step.join_kernel.as_ref().expect("fused join kernel");
+            let kind = MatMulKind::of(jk.kernel()).expect("a matrix product");
+            // The output blocks whose members are all here.
+            let ready: Vec<usize> = if failed {
+                Vec::new()
+            } else {
+                (0..plan.groups.len())
+                    .filter(|&g| {
+                        !done[g] && plan.groups[g].1.iter().all(|(lk, le, rk, re)| lr.get(lk, *le).is_some() && rr.get(rk, *re).is_some())
+                    })
+                    .collect()
+            };
+            // A few per activation while input still comes (so that it keeps
+            // being received), all of them at the end.
+            let batch = if complete { ready.len() } else { p1.cfg.threads.max(1) };
+            let now: Vec<usize> = ready.iter().copied().take(batch).collect();
+            if !now.is_empty() {
+                let x = p1.exec();
+                let results: Vec<(usize, Res<Block<T>>)> = super::supervise::guarded(|| {
+                    x.workers.install(|| {
+                        use rayon::prelude::*;
+                        now.par_iter()
+                            .map(|&g| {
+                                let blocks: Vec<(&Block<T>, &Block<T>)> = plan.groups[g]
+                                    .1
+                                    .iter()
+                                    .map(|(lk, le, rk, re)| (&**lr.get(lk, *le).expect("ready"), &**rr.get(rk, *re).expect("ready")))
+                                    .collect();
+                                (g, ops::matmul_group(x, node, j, agg_kernel, jk, kind, &blocks))
+                            })
+                            .collect()
+                    })
+                })
+                .unwrap_or_else(|e| vec![(usize::MAX, Err(bad(node, format!("panic: {}", panic_message(e)))))]);
+                let mut session = output.session(c);
+                for (g, r) in results {
+                    match r {
+                        Ok(b) => {
+                            done[g] = true;
+                            emitted += 1;
+                            session.give(Item::tuple(me, me as u32, plan.groups[g].0.clone(), Arc::new(b)));
+                        }
+                        Err(e) => {
+                            if !failed {
+                                record_error(&r1, stage(i), me, &e);
+                            }
+                            failed = true;
+                        }
+                    }
+                }
+            }
+            if !complete {
+                r1.borrow_mut().steps[i].busy_ns += t0.elapsed().as_nanos() as u64;
+                if ready.len() > now.len() {
+                    activator.activate();
+                }
+                return;
+            }
+            // Complete: check what came, add the replicated part, finish.
+            if p1.cfg.stall_ms > 0 {
+                std::thread::sleep(Duration::from_millis(p1.cfg.stall_ms));
+            }
+            let (l, r) = (ls.parts(), rs.parts());
+            let as_planned = lr.matches(&plan.expected[0]) && rr.matches(&plan.expected[1]);
+            let mut items = Vec::new();
+            if !as_planned && emitted == 0 && !failed {
+                // Not what was planned: the batch computation, from everything.
+                let result = guarded(|| compute2(&p1, i, &l, &r))
+                    .unwrap_or_else(|e| Err(bad(node, format!("panic: {}", panic_message(e)))));
+                items = fire_items(&p1, me, i, &r1, result);
+            } else if !as_planned && !failed {
+                let e = bad(node, "the cluster runtime received other tuples than the plan's inputs hold");
+                record_error(&r1, stage(i), me, &e);
+            } else if !failed {
+                let both_every = !l.1.is_empty() && !r.1.is_empty();
+                let every = if both_every {
+                    let IaOp::LocalAggregate { group_by, .. } = &step.op else { unreachable!() };
+                    let IaOp::LocalJoin { left_keys, right_keys, .. } = &p1.prep.plan.nodes[j] else { unreachable!() };
+                    let x = p1.exec();
+                    p1.every_part(i, || {
+                        ops::fused_matmul(x, node, j, group_by, agg_kernel, left_keys, right_keys, jk, (&[], &l.1), (&[], &r.1), true)
+                    })
+                } else {
+                    Ok(Arc::default())
+                };
+                items = fire_items(&p1, me, i, &r1, every.map(|e| (Vec::new(), e)));
+                r1.borrow_mut().steps[i].tuples += emitted;
+            }
+            drop((l, r));
+            {
+                let mut rep = r1.borrow_mut();
+                rep.steps[i].busy_ns += t0.elapsed().as_nanos() as u64;
+                rep.steps[i].done_ns = p1.now_ns();
+            }
+            let mut session = output.session(c);
+            for it in items {
+                session.give(it);
+            }
+            drop(session);
+            cap = None;
+        }
     })
 }

@@ -148,15 +148,18 @@ pub(crate) fn join_pairs<'a, T: Elem>(
     Ok(out)
 }
 
+/// A member of a group: its key, whether it is replicated, what it carries.
+pub(crate) type Member<'a, P> = (&'a Key, bool, P);
+
 /// Groups of `members` by the key projected on `group_by`, groups in key
 /// order, members in (key, replicated) order (a stable sort: equal keys keep
 /// their order, i.e. the order of the sites they came from).
 pub(crate) fn groups<'a, P: Copy>(
     node: &str,
     group_by: &[usize],
-    members: &[(&'a Key, bool, P)],
-) -> Res<Vec<(Key, Vec<(&'a Key, bool, P)>)>> {
-    let mut groups: BTreeMap<Key, Vec<(&'a Key, bool, P)>> = BTreeMap::new();
+    members: &[Member<'a, P>],
+) -> Res<Vec<(Key, Vec<Member<'a, P>>)>> {
+    let mut groups: BTreeMap<Key, Vec<Member<'a, P>>> = BTreeMap::new();
     for m in members {
         groups.entry(project(node, m.0, group_by)?).or_default().push(*m);
     }
@@ -270,6 +273,7 @@ pub fn join<T: Elem>(
 
 /// `local_aggregate` of one list (a site's tuples, or the replicated ones):
 /// `count` is the global piece count of a concat kernel.
+#[allow(clippy::too_many_arguments)]
 pub fn aggregate<T: Elem>(
     x: Exec<'_, T>,
     node: &str,
@@ -341,33 +345,49 @@ pub fn fused_matmul<T: Elem>(
     } else {
         join_pairs(jname, lk, rk, l.0, l.1, r.0, r.1, false)?
     };
-    let items: Vec<(&Key, bool, (&Tuple<T>, &Tuple<T>))> = pairs.iter().map(|p| (&p.0, every, (p.1, p.2))).collect();
+    let items: Vec<Member<'_, (&Tuple<T>, &Tuple<T>)>> = pairs.iter().map(|p| (&p.0, every, (p.1, p.2))).collect();
     let groups = groups(node, group_by, &items)?;
     x.workers.install(|| {
         groups
             .into_par_iter()
             .map(|(g, members)| {
-                let mut shape: Option<Vec<usize>> = None;
-                for (_, _, (a, b)) in &members {
-                    let sh = jk.kernel().output_shape(&[a.1.shape(), b.1.shape()]).map_err(|e| kernel_err(jname, jk.kernel(), e))?;
-                    match &shape {
-                        None => shape = Some(sh),
-                        Some(first) if *first != sh => {
-                            let e = agg_kernel.output_shape(&[first, &sh]).err().unwrap_or_else(|| {
-                                KernelError::BadShape(format!("matAdd: operand shapes differ: {first:?} and {sh:?}"))
-                            });
-                            return Err(kernel_err(node, agg_kernel, e));
-                        }
-                        _ => {}
-                    }
-                }
-                let shape = shape.expect("a group has members");
-                let mut out = x.pool.take(&shape);
-                for (n, (_, _, (a, b))) in members.iter().enumerate() {
-                    matmul_into(kind, out.as_mut_slice(), a.1.as_slice(), a.1.shape(), b.1.as_slice(), b.1.shape(), n > 0);
-                }
-                Ok((g, Arc::new(out)))
+                let blocks: Vec<(&Block<T>, &Block<T>)> = members.iter().map(|(_, _, (a, b))| (&*a.1, &*b.1)).collect();
+                Ok((g, Arc::new(matmul_group(x, node, jname, agg_kernel, jk, kind, &blocks)?)))
             })
             .collect()
     })
+}
+
+/// One output block of the fused matmul: the sum of its members' products,
+/// accumulated by GEMM in member order (the thread runtime's code).
+#[allow(clippy::too_many_arguments)]
+pub fn matmul_group<T: Elem>(
+    x: Exec<'_, T>,
+    node: &str,
+    jname: &str,
+    agg_kernel: &KernelRef,
+    jk: &FastKernel,
+    kind: MatMulKind,
+    members: &[(&Block<T>, &Block<T>)],
+) -> Res<Block<T>> {
+    let mut shape: Option<Vec<usize>> = None;
+    for (a, b) in members {
+        let sh = jk.kernel().output_shape(&[a.shape(), b.shape()]).map_err(|e| kernel_err(jname, jk.kernel(), e))?;
+        match &shape {
+            None => shape = Some(sh),
+            Some(first) if *first != sh => {
+                let e = agg_kernel.output_shape(&[first, &sh]).err().unwrap_or_else(|| {
+                    KernelError::BadShape(format!("matAdd: operand shapes differ: {first:?} and {sh:?}"))
+                });
+                return Err(kernel_err(node, agg_kernel, e));
+            }
+            _ => {}
+        }
+    }
+    let shape = shape.ok_or_else(|| bad(node, "a group without members"))?;
+    let mut out = x.pool.take(&shape);
+    for (n, (a, b)) in members.iter().enumerate() {
+        matmul_into(kind, out.as_mut_slice(), a.as_slice(), a.shape(), b.as_slice(), b.shape(), n > 0);
+    }
+    Ok(out)
 }

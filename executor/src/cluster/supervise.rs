@@ -12,7 +12,7 @@
 //!   ends the process too ([`exit::PANIC`]);
 //! - a job process whose supervisor goes away (its standard input, a pipe
 //!   from the supervisor, reaches end of file) stops ([`exit::ORPHANED`]);
-//! - the supervisor polls its children every 20 ms: on the first failure it
+//! - the supervisor polls its children every 3 ms: on the first failure it
 //!   gives the others a moment to exit, kills those still running, reaps them
 //!   all and reports the root cause ("worker 2 died (signal 9) — job
 //!   failed"); a job that runs past its timeout is stopped the same way.
@@ -314,7 +314,7 @@ pub fn watch(children: &mut [(usize, Child)], results: &[PathBuf], timeout: Dura
             });
             break;
         }
-        std::thread::sleep(Duration::from_millis(20));
+        std::thread::sleep(Duration::from_millis(3));
     }
     // Stop and reap everything still running.
     for (k, (_, child)) in children.iter_mut().enumerate() {

@@ -40,6 +40,9 @@ pub enum Body<T: Elem> {
     /// The replicated tuples of a relation (every site of the process holds
     /// this one shared copy), sorted by key.
     Every(Arc<Vec<Tuple<T>>>),
+    /// One replicated tuple, delivered alone (a broadcast streams its output:
+    /// the receiver orders them by key and source site, `tag`).
+    EveryTuple(Key, SharedBlock<T>),
     /// A small control record (JSON).
     Meta(Vec<u8>),
 }
@@ -77,7 +80,7 @@ impl<T: Elem> Item<T> {
     fn payload_bytes(&self) -> usize {
         let e = std::mem::size_of::<T>();
         match &self.body {
-            Body::Tuple(k, b) => 16 + 4 * k.len() + b.len() * e,
+            Body::Tuple(k, b) | Body::EveryTuple(k, b) => 16 + 4 * k.len() + b.len() * e,
             Body::Every(list) => list.iter().map(|(k, b)| 16 + 4 * k.len() + b.len() * e).sum::<usize>() + 16,
             Body::Meta(m) => 16 + m.len(),
         }
@@ -192,6 +195,7 @@ pub fn elem_bytes_mut<T: Elem>(data: &mut [T]) -> &mut [u8] {
 const KIND_TUPLE: u32 = 0;
 const KIND_EVERY: u32 = 1;
 const KIND_META: u32 = 2;
+const KIND_EVERY_TUPLE: u32 = 3;
 
 fn key_len(k: &Key) -> usize {
     4 + 4 * k.len()
@@ -206,7 +210,7 @@ fn encoded_len<T: Elem>(items: &[Item<T>]) -> usize {
     for it in items {
         n += 12;
         n += match &it.body {
-            Body::Tuple(k, b) => key_len(k) + block_len(b),
+            Body::Tuple(k, b) | Body::EveryTuple(k, b) => key_len(k) + block_len(b),
             Body::Every(list) => 8 + list.iter().map(|(k, b)| key_len(k) + block_len(b)).sum::<usize>(),
             Body::Meta(m) => 8 + m.len(),
         };
@@ -273,6 +277,10 @@ impl<T: Elem> ContainerBytes for Batch<T> {
                     let k = c.key();
                     Body::Tuple(k, Arc::new(c.block()))
                 }
+                KIND_EVERY_TUPLE => {
+                    let k = c.key();
+                    Body::EveryTuple(k, Arc::new(c.block()))
+                }
                 KIND_EVERY => {
                     let m = c.u64() as usize;
                     let mut list = Vec::with_capacity(m);
@@ -307,6 +315,12 @@ impl<T: Elem> ContainerBytes for Batch<T> {
             match &it.body {
                 Body::Tuple(k, b) => {
                     w.write_all(&KIND_TUPLE.to_le_bytes()).expect("write");
+                    put_key(w, k);
+                    put_block(w, b);
+                    written += key_len(k) + block_len(b);
+                }
+                Body::EveryTuple(k, b) => {
+                    w.write_all(&KIND_EVERY_TUPLE.to_le_bytes()).expect("write");
                     put_key(w, k);
                     put_block(w, b);
                     written += key_len(k) + block_len(b);
@@ -346,11 +360,13 @@ mod tests {
         batch.push_into(Item::tuple(3, 1, vec![1, 2], b.clone()));
         batch.push_into(Item::every(0, Arc::new(vec![(vec![0], b.clone()), (vec![7], b.clone())])));
         batch.push_into(Item::meta(2, 5, b"{\"x\":1}".to_vec()));
+        batch.push_into(Item { dest: 1, tag: 2, body: Body::EveryTuple(vec![4], b.clone()) });
         let mut bytes = Vec::new();
         batch.into_bytes(&mut bytes);
         assert_eq!(bytes.len(), batch.length_in_bytes());
         let back = Batch::<f32>::from_bytes(timely::bytes::arc::BytesMut::from(bytes).freeze());
-        assert_eq!(back.len(), 3);
+        assert_eq!(back.len(), 4);
+        assert!(matches!(&back.items[3].body, Body::EveryTuple(k, bb) if k == &vec![4] && **bb == *b));
         match (&back.items[0].body, back.items[0].dest, back.items[0].tag) {
             (Body::Tuple(k, bb), 3, 1) => {
                 assert_eq!(k, &vec![1, 2]);
