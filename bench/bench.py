@@ -160,6 +160,7 @@ def main():
         print(line(r))
     print()
     print(f"tra: plan {m['plan']}  ({m['strategy']})")
+    print(f"tra: the same products on plain threads, no runtime: {m['kernels_only_s']:.3f} s (the floor)")
     print(f"tra: {2 * args.n ** 3 / tra_best / 1e9:.0f} GFLOP/s, median {tra_med:.3f} s, cold run {m['cold_ms'] / 1e3:.3f} s, "
           f"single-thread {tra['gemm']['block']}³ gemm kernel {tra['gemm']['gflops']:.0f} GFLOP/s; floats moved "
           f"{m['network_floats_measured']} measured = {m['network_floats_predicted']} predicted: {m['floats_match']}; "

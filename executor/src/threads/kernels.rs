@@ -623,7 +623,9 @@ impl FastKernel {
                 run_prog(p, out.as_mut_slice(), a.as_slice(), b.map_or(&[][..], |b| b.as_slice()));
                 out
             }
-            Compiled::Select(s, _) if !select_shapes_ok(*s, inputs) => return reference_apply(&self.kernel, pool, inputs),
+            Compiled::Select(s, _) if !select_shapes_ok(*s, inputs) => {
+                return reference_apply(&self.kernel, pool, inputs)
+            }
             Compiled::MatMul(..) if !inputs.iter().all(|b| b.shape().len() == 2) => {
                 return reference_apply(&self.kernel, pool, inputs)
             }
@@ -680,9 +682,7 @@ impl FastKernel {
         let pairs = |i: usize| rank(i) == 2 && inputs[i].shape()[1] == 2;
         let handled = match n {
             Named::RowSum | Named::ColSum => rank(0) == 2,
-            Named::MatVecAdd | Named::MatVecSub => {
-                rank(0) == 2 && rank(1) == 1 && inputs[1].shape()[0] == a.shape()[1]
-            }
+            Named::MatVecAdd | Named::MatVecSub => rank(0) == 2 && rank(1) == 1 && inputs[1].shape()[0] == a.shape()[1],
             Named::MinIndex => (rank(0) == 2 || rank(0) == 1) && !a.is_empty(),
             Named::MinPair => pairs(0) && pairs(1) && inputs[1].shape() == a.shape(),
             Named::OffsetIndex => pairs(0),
@@ -797,7 +797,11 @@ impl FastKernel {
 /// implementation, such as `einSum`, or operand shapes they are not written
 /// for): the reference kernel in `f64`, converted back. One truth: its values
 /// and errors are the reference's.
-fn reference_apply<T: Elem>(kernel: &KernelRef, pool: &Pool<T>, inputs: &[&Block<T>]) -> Result<Vec<Block<T>>, KernelError> {
+fn reference_apply<T: Elem>(
+    kernel: &KernelRef,
+    pool: &Pool<T>,
+    inputs: &[&Block<T>],
+) -> Result<Vec<Block<T>>, KernelError> {
     let blocks: Vec<crate::kernels::Block> = inputs.iter().map(|b| b.view().mapv(|x| x.to_f64())).collect();
     let refs: Vec<&crate::kernels::Block> = blocks.iter().collect();
     let outs = crate::kernels::apply(kernel, &refs)?;

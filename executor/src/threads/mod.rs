@@ -5,13 +5,33 @@
 //!   the reference interpreter, [`crate::reference`]), per-operator timings
 //!   and floats moved.
 //! - [`kernels`]: fused elementwise programs, GEMM through the `gemm` crate,
-//!   the other catalog kernels.
+//!   the other catalog kernels; a kernel without a fast implementation (or
+//!   operand shapes the fast loops are not written for) runs the reference
+//!   kernel, so every catalog entry works and has one definition.
 //! - [`pool`]: blocks and the shape-keyed buffer pool.
 //! - [`elem`]: the element types.
 //!
 //! [`eval_ia`] is a drop-in for the reference's `eval_ia` (same arguments,
 //! same result type), so that any test written against the reference runs on
 //! threads too.
+//!
+//! ```
+//! use std::collections::BTreeMap;
+//! use tra_executor::reference::random_relation;
+//! use tra_executor::threads::{RunOptions, TRelation, ThreadRuntime};
+//! use tra_optimizer::Plan;
+//!
+//! let plan = Plan::from_json(r#"{
+//!   "inputs": {"X": {"key_bounds": [2, 2], "array_bounds": [3, 3]}},
+//!   "nodes": {"b": {"op": "broadcast", "input": "X"},
+//!             "r": {"op": "local_map", "input": "b", "kernel": "relu"}},
+//!   "outputs": ["r"]}"#).unwrap();
+//! let rt = ThreadRuntime::<f32>::new();
+//! let x = TRelation::from_relation(&random_relation(&[2, 2], &[3, 3], 1), rt.pool());
+//! let run = rt.run(&plan, 4, &BTreeMap::from([("X".to_string(), x)]), &RunOptions::default()).unwrap();
+//! assert_eq!(run.floats_moved["b"], 4 * 4 * 9); // 4 tuples of 9 floats to each of 4 sites
+//! assert_eq!(run.erased_outputs().unwrap()["r"].len(), 4);
+//! ```
 
 pub mod elem;
 pub mod kernels;

@@ -16,7 +16,7 @@
 //! single-threaded.
 //!
 //! Semantics are those of the reference interpreter ([`crate::reference`]),
-//! including [`Site::Everywhere`] for replicated tuples, partial aggregates,
+//! including [`Site::Everywhere`](crate::reference::Site::Everywhere) for replicated tuples, partial aggregates,
 //! the order of folds, `local_map`'s pairing of blocks and keys and the count
 //! of floats moved: every test compares the two.
 //!
@@ -408,10 +408,14 @@ impl<T: Elem> ThreadRuntime<T> {
                     Ok(h) => handles.push(h),
                     Err(e) => {
                         // The sites already started must not wait for this one.
-                        ctx.fail(0, s, InterpError::BadNode {
-                            node: "(sites)".into(),
-                            message: format!("cannot start the thread of site {s} of {sites}: {e}"),
-                        });
+                        ctx.fail(
+                            0,
+                            s,
+                            InterpError::BadNode {
+                                node: "(sites)".into(),
+                                message: format!("cannot start the thread of site {s} of {sites}: {e}"),
+                            },
+                        );
                         ctx.barrier.abort();
                         break;
                     }
