@@ -211,10 +211,10 @@ async fn handle(st: &AppState, body: &Value) -> Result<Value, Response> {
         .map_err(|e| ApiError::internal(format!("the einsum compiler crashed: {e}")).into_response())?;
     drop(permit);
     let compiled = compiled.map_err(|e| einsum_error(&e))?;
-    let (_, answer) = st.optimize(compiled.program.clone()).await.map_err(|e| e.into_response())?;
+    let optimized = st.optimize(compiled.program.clone()).await.map_err(|e| e.into_response())?;
     Ok(json!({
         "program": compiled.program,
-        "optimize": answer,
+        "optimize": optimized.json,
         "einsum": einsum_json(&req, &compiled),
     }))
 }

@@ -80,6 +80,9 @@ enum Command {
         /// Most executions at once (more wait).
         #[arg(long, default_value_t = 2)]
         max_concurrent_executions: usize,
+        /// Optimize answers kept for programs asked again (0 turns the cache off).
+        #[arg(long, default_value_t = 256)]
+        answer_cache: usize,
     },
     /// Measure optimize time and e-graph size per workload, and for chains of matmuls.
     Bench {
@@ -169,7 +172,15 @@ fn run(cli: Cli) -> Result<(), String> {
             }
             Ok(())
         }
-        Command::Serve { addr, max_body_bytes, max_egraph_nodes, optimize_ms, max_execute_floats, max_concurrent_executions } => {
+        Command::Serve {
+            addr,
+            max_body_bytes,
+            max_egraph_nodes,
+            optimize_ms,
+            max_execute_floats,
+            max_concurrent_executions,
+            answer_cache,
+        } => {
             let config = tra_api::server::ServerConfig {
                 addr,
                 max_body_bytes,
@@ -177,6 +188,7 @@ fn run(cli: Cli) -> Result<(), String> {
                 optimize_time: std::time::Duration::from_millis(optimize_ms),
                 max_execute_floats,
                 max_concurrent_executions,
+                answer_cache,
                 ..Default::default()
             };
             let rt = tokio::runtime::Builder::new_multi_thread()

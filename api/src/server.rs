@@ -3,8 +3,11 @@
 //! - `POST /v1/optimize`: a TRA program → the chosen IA plan, its cost, the
 //!   alternatives, the rules that built it and the run's figures.
 //! - `POST /v1/execute`: a program plus data → optimize, run the chosen plan on
-//!   the reference interpreter, report floats moved (measured and predicted),
-//!   timings and the outputs (checksum, and the data when small).
+//!   the thread executor, report floats moved (measured and predicted),
+//!   timings per operator and the outputs (checksum, and the data when small).
+//!
+//! Optimize answers are cached by program (see [`cache`]), so asking again
+//! for the same plan costs a lookup, not a saturation.
 //! - `GET /v1/rules`, `/v1/kernels`, `/v1/examples`, `/openapi.json`,
 //!   `/healthz`, and `/` (the web page).
 //!
@@ -12,10 +15,12 @@
 //! CPU work (optimization, execution) runs on blocking threads, never on the
 //! async runtime, behind semaphores, under the limits of [`ServerConfig`].
 
+pub mod cache;
 mod error;
 mod execute;
 pub mod openapi;
 
+pub use cache::{CacheStats, CachedAnswer};
 pub use error::ApiError;
 
 use axum::body::Bytes;
@@ -89,6 +94,8 @@ pub struct ServerConfig {
     pub max_execute_floats: u64,
     /// Most executions running at once; others wait (default 2).
     pub max_concurrent_executions: usize,
+    /// Optimize answers kept for programs asked again (default 256; 0: none).
+    pub answer_cache: usize,
 }
 
 impl Default for ServerConfig {
@@ -102,6 +109,7 @@ impl Default for ServerConfig {
             max_concurrent_optimizations: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(4),
             max_execute_floats: 50_000_000,
             max_concurrent_executions: 2,
+            answer_cache: 256,
         }
     }
 }
@@ -137,6 +145,7 @@ struct Inner {
     openapi_json: Value,
     optimize_slots: Arc<Semaphore>,
     execute_slots: Arc<Semaphore>,
+    answers: cache::AnswerCache,
 }
 
 // The rule set is built once and shared by every blocking optimization.
@@ -169,6 +178,7 @@ impl AppState {
             openapi_json: openapi::document(&config),
             optimize_slots: Arc::new(Semaphore::new(config.max_concurrent_optimizations.max(1))),
             execute_slots: Arc::new(Semaphore::new(config.max_concurrent_executions.max(1))),
+            answers: cache::AnswerCache::new(config.answer_cache),
             config,
         };
         AppState { inner: Arc::new(inner) }
@@ -180,10 +190,15 @@ impl AppState {
     }
 
     /// Optimize a program on a blocking thread, under the configured limits
-    /// and the optimization semaphore. Gives the answer and its JSON (the
-    /// answer plus a per-operator `report` of the chosen plan and of each
-    /// alternative).
-    pub async fn optimize(&self, program: Program) -> Result<(OptimizeAnswer, Value), ApiError> {
+    /// and the optimization semaphore; a program asked before is answered
+    /// from the cache. Gives the answer, its JSON (the answer plus a
+    /// per-operator `report` of the chosen plan and of each alternative) and
+    /// that JSON encoded.
+    pub async fn optimize(&self, program: Program) -> Result<Arc<CachedAnswer>, ApiError> {
+        let key = serde_json::to_string(&program).map_err(|e| ApiError::internal(format!("cannot key the program: {e}")))?;
+        if let Some(hit) = self.inner.answers.get(&key) {
+            return Ok(hit);
+        }
         let permit = self
             .inner
             .optimize_slots
@@ -195,20 +210,32 @@ impl AppState {
         let limits = self.inner.config.limits();
         let answer = tokio::task::spawn_blocking(move || {
             let _permit = permit;
-            optimize(&program, &rules, &limits).map(|a| {
-                let json = answer_json(&program, &a);
-                (a, json)
+            optimize(&program, &rules, &limits).map(|answer| {
+                let json = answer_json(&program, &answer);
+                let body = Bytes::from(serde_json::to_vec(&json).expect("JSON encodes"));
+                Arc::new(CachedAnswer { answer, json, body })
             })
         })
         .await
         .map_err(|e| ApiError::internal(format!("the optimizer crashed: {e}")))?;
-        answer.map_err(|e| {
+        let answer = answer.map_err(|e| {
             let mut err = ApiError::from(e);
             if err.status == StatusCode::SERVICE_UNAVAILABLE {
                 err.message = format!("{} ({})", err.message, self.inner.config.limits_text());
             }
             err
-        })
+        })?;
+        // Only complete answers are kept: one cut short by the time limit
+        // could come out better on a quieter machine.
+        if answer.answer.stats.stop_reason != "time_limit" {
+            self.inner.answers.put(key, answer.clone());
+        }
+        Ok(answer)
+    }
+
+    /// Hits and misses of the answer cache.
+    pub fn cache_stats(&self) -> CacheStats {
+        self.inner.answers.stats()
     }
 }
 
@@ -430,9 +457,10 @@ async fn examples_handler(State(st): State<AppState>) -> Json<Value> {
     Json(st.inner.examples_json.clone())
 }
 
-async fn optimize_handler(State(st): State<AppState>, JsonBody(body): JsonBody) -> Result<Json<Value>, ApiError> {
+async fn optimize_handler(State(st): State<AppState>, JsonBody(body): JsonBody) -> Result<Response, ApiError> {
     let program = Program::from_value(&body)?;
-    Ok(Json(st.optimize(program).await?.1))
+    let answer = st.optimize(program).await?;
+    Ok(([(header::CONTENT_TYPE, "application/json")], answer.body.clone()).into_response())
 }
 
 fn route_list() -> String {

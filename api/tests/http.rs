@@ -369,6 +369,17 @@ async fn execute_random_matmul_measures_what_it_predicts() {
     assert_eq!(measured, predicted, "{v}");
     assert!(predicted > 0);
     assert!(v["timings_ms"]["total"].is_number());
+    // Wall time per operator: every shuffle and broadcast of the chosen plan
+    // has one, and moved what `floats_moved` says.
+    let plan = v["plan"]["nodes"].as_object().unwrap();
+    for (name, node) in plan {
+        if matches!(node["op"].as_str(), Some("shuffle" | "broadcast")) {
+            assert!(v["timings_ms"][name.as_str()].is_number(), "no timing for {name}: {v}");
+            assert!(v["floats_moved"][name.as_str()].is_u64(), "no floats for {name}: {v}");
+        }
+    }
+    let ops = v["operators"].as_array().unwrap();
+    assert_eq!(ops.len(), plan.len(), "{v}");
 
     // The expected output, from the same generator.
     let x = dense(&random_relation(&[2, 2], &[3, 3], 7), [2, 2], 3);
@@ -503,4 +514,28 @@ async fn concurrent_requests_are_served() {
         sums.insert(i, h.await.unwrap());
     }
     assert_eq!(sums.len(), 8);
+}
+
+#[tokio::test]
+async fn a_program_asked_again_is_answered_from_the_cache() {
+    let program = matmul([3, 3], [3, 3], 10, 4);
+    // The same program, spelled differently (field order, whitespace).
+    let text = serde_json::to_string_pretty(&program).unwrap();
+    let mut reordered: serde_json::Map<String, Value> = serde_json::Map::new();
+    for (k, v) in program.as_object().unwrap().iter().rev() {
+        reordered.insert(k.clone(), v.clone());
+    }
+
+    let cached = start(ServerConfig::default()).await;
+    let a = http(cached, "POST", "/v1/optimize", Some(text.as_bytes())).await;
+    let b = post(cached, "/v1/optimize", &Value::Object(reordered)).await;
+    assert_eq!((a.status, b.status), (200, 200));
+    // The stored answer, byte for byte (a second saturation would report its own time).
+    assert_eq!(a.body, b.body);
+
+    let uncached = start(ServerConfig { answer_cache: 0, ..ServerConfig::default() }).await;
+    let a = post(uncached, "/v1/optimize", &program).await.json();
+    let b = post(uncached, "/v1/optimize", &program).await.json();
+    assert_eq!(a["plan"], b["plan"], "optimization is deterministic");
+    assert_ne!(a["stats"]["optimize_ms"], b["stats"]["optimize_ms"], "with the cache off every request optimizes");
 }

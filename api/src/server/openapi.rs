@@ -238,9 +238,11 @@ pub fn document(config: &ServerConfig) -> Value {
             "type": "object",
             "properties": {
                 "timings_ms": {"type": "object", "additionalProperties": {"type": "number"},
-                    "description": "Wall time of the execution (`total`)"},
+                    "description": "Wall time of the whole execution (`total`) and of every operator, by node name (a join fused into its aggregation is counted there)"},
+                "operators": {"type": "array", "items": {"type": "object"},
+                    "description": "Per operator, in execution order: name, op, wall_ms, site_ms, floats_moved, tuples, fused_into"},
                 "optimize_ms": {"type": "number"},
-                "network_floats_measured": {"type": "integer", "description": "Floats the interpreter moved"},
+                "network_floats_measured": {"type": "integer", "description": "Floats the executor moved"},
                 "network_floats_predicted": {"type": "integer", "description": "The cost model's network_floats of the chosen plan"},
                 "floats_moved": {"type": "object", "additionalProperties": {"type": "integer"},
                     "description": "Floats moved per broadcast/shuffle node"},
@@ -315,7 +317,7 @@ pub fn document(config: &ServerConfig) -> Value {
                 "content": json_content(r("OptimizeAnswer"))}}), optimize_errors)
         }},
         "/v1/execute": {"post": {
-            "summary": "Optimize a program and run the chosen plan on the reference interpreter",
+            "summary": "Optimize a program and run the chosen plan on the thread executor",
             "description": format!("At most {} executions run at once; others wait.", config.max_concurrent_executions),
             "requestBody": {"required": true, "content": json_content(r("ExecuteRequest"))},
             "responses": merge(json!({"200": {"description": "Timings, floats moved (measured and predicted), outputs",
