@@ -36,7 +36,8 @@ use std::time::Instant;
 use tra_optimizer::egraph::{add_program, Ia, TraAnalysis, TraEGraph};
 use tra_tests::oracle::RefOracle;
 use tra_tests::soundness::{
-    check_rule, check_seed, generators, mutants, quietly, random_data, workloads, Caught, Options, RuleReport, RuleSets,
+    check_rule, check_seed, generators, mutants, quietly, random_data, workloads, Caught, Executor, Options, RuleReport,
+    RuleSets,
 };
 
 fn env_u64(name: &str, default: u64) -> u64 {
@@ -288,6 +289,47 @@ fn rules_are_sound_and_mutants_are_caught() {
     eprintln!("time: {:.1} s", start.elapsed().as_secs_f64());
     let summary = format!("soundness: {} rules, {} instances, {}/{} mutants caught", names.len(), instances, caught, mutant_reports.len());
     // Written past the test harness's capture, so that it shows in every run.
+    let _ = writeln!(std::io::stderr().lock(), "\n{summary}");
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+/// The same check with both sides of every application run on the thread
+/// runtime (a quarter of the instances per rule): the fast executor agrees
+/// with itself across every rewrite, and each mutant is caught by executing
+/// both sides on it alone.
+#[test]
+fn rules_are_sound_on_the_thread_runtime() {
+    let names = tra_rules::names();
+    let (count, base) = ((cases() / 4).max(5), base_seed().wrapping_add(0x7)); // other instances than the reference's
+    let on_threads = Options { executor: Executor::Threads, ..Options::default() };
+    let reports: Vec<RuleReport> = parallel(&names, |name| check_rule(&real(name), name, base, count, &on_threads));
+    let mut failures: Vec<String> = Vec::new();
+    let mut pairs = 0usize;
+    for r in &reports {
+        pairs += r.pairs;
+        match &r.failure {
+            Some(f) => failures.push(format!("{f}")),
+            None if r.fired == 0 => failures.push(format!("coverage: rule {} never fired on its instances", r.rule)),
+            None => {}
+        }
+    }
+    let all_mutants = mutants::all();
+    let caught: Vec<Option<(Caught, u64)>> = parallel(&all_mutants, |m| {
+        let opts = Options { check_merges: false, ..on_threads };
+        let r = check_rule(&m.make, m.replaces, base_seed(), cases().max(50), &opts);
+        r.failure.map(|f| (f.caught, f.seed))
+    });
+    for (m, c) in all_mutants.iter().zip(&caught) {
+        if !matches!(c, Some((Caught::ValueMismatch | Caught::ExecutionError, _))) {
+            failures.push(format!("mutant `{}` (replacing {}) was not caught by execution on threads", m.name, m.replaces));
+        }
+    }
+    let n_caught = caught.iter().filter(|c| c.is_some()).count();
+    let summary = format!(
+        "soundness on threads: {} rules, {pairs} instances, {n_caught}/{} mutants caught by execution",
+        names.len(),
+        all_mutants.len()
+    );
     let _ = writeln!(std::io::stderr().lock(), "\n{summary}");
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }

@@ -175,11 +175,31 @@ pub struct Options {
     pub iterations: usize,
     /// Most e-nodes.
     pub nodes: usize,
+    /// What runs the plans of both sides.
+    pub executor: Executor,
+}
+
+/// The executor both sides of an application run on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Executor {
+    /// The reference IA interpreter (`tra_executor::reference`).
+    #[default]
+    Reference,
+    /// The thread runtime (`tra_executor::threads`, in `f64`).
+    Threads,
 }
 
 impl Default for Options {
     fn default() -> Self {
-        Options { check_merges: true, oracle: false, execute: true, max_pairs: 24, iterations: 12, nodes: 6_000 }
+        Options {
+            check_merges: true,
+            oracle: false,
+            execute: true,
+            max_pairs: 24,
+            iterations: 12,
+            nodes: 6_000,
+            executor: Executor::Reference,
+        }
     }
 }
 
@@ -402,6 +422,7 @@ struct Ctx<'a> {
     sites: usize,
     data: &'a BTreeMap<String, Relation>,
     layout: AnyLayout,
+    executor: Executor,
 }
 
 impl Ctx<'_> {
@@ -411,7 +432,11 @@ impl Ctx<'_> {
         let mut roots = IndexMap::new();
         roots.insert("__out".to_string(), root);
         let plan = ExtractedPlan { expr: expr.clone(), roots, classes: vec![] }.to_plan(&self.program.inputs);
-        let run = reference::eval_ia(&plan, self.sites, self.data, self.layout).map_err(|e| e.to_string())?;
+        let run = match self.executor {
+            Executor::Reference => reference::eval_ia(&plan, self.sites, self.data, self.layout),
+            Executor::Threads => tra_executor::threads::eval_ia(&plan, self.sites, self.data, self.layout),
+        }
+        .map_err(|e| e.to_string())?;
         let out = run.outputs.get("__out").ok_or("no output")?;
         Ok(if erased { Value::L(bag_erase(out)) } else { Value::P(out.clone()) })
     }
@@ -522,7 +547,7 @@ pub fn check_instance(sets: &RuleSets, program: &Program, seed: u64, opts: &Opti
         return Ok(stats);
     }
 
-    let ctx = Ctx { program, sites, data: &data, layout };
+    let ctx = Ctx { program, sites, data: &data, layout, executor: opts.executor };
     quietly(|| -> Result<(), Failure> {
         let mut origins: HashMap<Ia, &'static str> = HashMap::new();
         for (n, r) in &eg.analysis.origins {
