@@ -10,7 +10,7 @@ use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use std::collections::BTreeMap;
 use tra_executor::cluster::{run_loopback, ClusterRun};
-use tra_executor::reference::{random_relation, AnyLayout, Relation};
+use tra_executor::reference::AnyLayout;
 use tra_executor::threads::{PhysValue, RunOptions, TRelation, ThreadRun, ThreadRuntime};
 use tra_optimizer::check::{check_plan, check_program};
 use tra_optimizer::compile::compile;
@@ -20,16 +20,7 @@ use tra_optimizer::{Cluster, Plan, Program};
 use tra_tests::gen::{random_program, GenOptions};
 
 fn inputs_for(p: &Program, seed: u64, rt: &ThreadRuntime<f64>) -> BTreeMap<String, TRelation<f64>> {
-    let typed = check_program(p).unwrap();
-    p.inputs
-        .keys()
-        .enumerate()
-        .map(|(i, name)| {
-            let t = &typed.types[name];
-            let r: Relation = random_relation(&t.frontier, &t.array_bounds, seed.wrapping_add(i as u64));
-            (name.clone(), TRelation::from_relation(&r, rt.pool()))
-        })
-        .collect()
+    tra_tests::random_inputs(p, seed).iter().map(|(n, r)| (n.clone(), TRelation::from_relation(r, rt.pool()))).collect()
 }
 
 fn same(tag: &str, want: &PhysValue<f64>, got: &PhysValue<f64>) -> Result<(), String> {

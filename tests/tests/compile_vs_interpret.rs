@@ -6,26 +6,12 @@
 use proptest::prelude::*;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
-use std::collections::BTreeMap;
-use tra_executor::reference::{compare, eval_ia, eval_tra_all, random_relation, AnyLayout, Relation};
+use tra_executor::reference::{compare, eval_ia, eval_tra_all, AnyLayout, Relation};
 use tra_optimizer::check::{check_plan, check_program};
 use tra_optimizer::compile::compile;
 use tra_optimizer::program::IaOp;
 use tra_optimizer::types::RelType;
-use tra_optimizer::Program;
 use tra_tests::gen::{random_program, GenOptions};
-
-fn inputs_for(p: &Program, seed: u64) -> BTreeMap<String, Relation> {
-    let typed = check_program(p).unwrap();
-    p.inputs
-        .keys()
-        .enumerate()
-        .map(|(i, name)| {
-            let t = &typed.types[name];
-            (name.clone(), random_relation(&t.frontier, &t.array_bounds, seed.wrapping_add(i as u64)))
-        })
-        .collect()
-}
 
 fn assert_type_matches(name: &str, t: &RelType, v: &Relation) {
     let keys = t.key_list().expect("small key spaces");
@@ -40,7 +26,7 @@ fn check_one(seed: u64) {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let p = random_program(&mut rng, GenOptions { max_nodes: 6, sites: 3 });
     let typed = check_program(&p).unwrap();
-    let inputs = inputs_for(&p, seed);
+    let inputs = tra_tests::random_inputs(&p, seed);
     let values = eval_tra_all(&p, &inputs).unwrap_or_else(|e| panic!("seed {seed}: {e}\n{}", p.to_sexpr()));
     for (name, t) in &typed.types {
         assert_type_matches(name, t, &values[name]);

@@ -7,24 +7,9 @@
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use std::collections::BTreeMap;
-use tra_executor::reference::{compare, eval_ia, eval_tra, random_relation, AnyLayout, Relation};
-use tra_optimizer::check::check_program;
+use tra_executor::reference::{compare, eval_ia, eval_tra, AnyLayout};
 use tra_optimizer::optimize::{optimize, Limits};
-use tra_optimizer::Program;
 use tra_tests::gen::{random_program, GenOptions};
-
-fn inputs_for(p: &Program, seed: u64) -> BTreeMap<String, Relation> {
-    let typed = check_program(p).unwrap();
-    p.inputs
-        .keys()
-        .enumerate()
-        .map(|(i, name)| {
-            let t = &typed.types[name];
-            (name.clone(), random_relation(&t.frontier, &t.array_bounds, seed.wrapping_mul(31).wrapping_add(i as u64)))
-        })
-        .collect()
-}
 
 fn cases() -> u64 {
     std::env::var("TRA_DIFF_CASES").ok().and_then(|s| s.parse().ok()).unwrap_or(200)
@@ -38,7 +23,7 @@ fn optimized_plans_agree_with_the_tra_interpreter() {
         let mut rng = ChaCha8Rng::seed_from_u64(0xd1ff ^ seed);
         let sites = rng.random_range(1..=7);
         let p = random_program(&mut rng, GenOptions { max_nodes: 6, sites });
-        let inputs = inputs_for(&p, seed);
+        let inputs = tra_tests::random_inputs(&p, seed.wrapping_mul(31));
         let expected = eval_tra(&p, &inputs).unwrap();
         let answer = optimize(&p, &rules, &Limits::default())
             .unwrap_or_else(|e| panic!("seed {seed}: optimize failed: {e}\n{}", p.to_sexpr()));
@@ -82,7 +67,7 @@ fn shrunk_workloads_agree_with_the_tra_interpreter() {
     let rules = tra_rules::all();
     for (name, p) in tra_tests::soundness::workloads::shrunk_examples() {
         let sites = p.cluster().sites;
-        let inputs = inputs_for(&p, 3);
+        let inputs = tra_tests::random_inputs(&p, 3 * 31);
         let expected = eval_tra(&p, &inputs).unwrap_or_else(|e| panic!("{name}: {e}"));
         let answer = optimize(&p, &rules, &Limits::default()).unwrap_or_else(|e| panic!("{name}: optimize failed: {e}"));
         for alt in &answer.alternatives {

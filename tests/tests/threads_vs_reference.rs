@@ -9,26 +9,14 @@
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use std::collections::BTreeMap;
-use tra_executor::reference::{self, compare, eval_tra, random_relation, AnyLayout, PhysRelation, Relation};
+use tra_executor::reference::{self, compare, eval_tra, AnyLayout, PhysRelation, Relation};
 use tra_executor::threads;
 use tra_optimizer::check::{check_plan, check_program};
 use tra_optimizer::compile::compile;
 use tra_optimizer::cost::{plan_report, Weights};
 use tra_optimizer::optimize::{optimize, Limits};
-use tra_optimizer::{Cluster, Plan, Program};
+use tra_optimizer::{Cluster, Plan};
 use tra_tests::gen::{random_program, GenOptions};
-
-fn inputs_for(p: &Program, seed: u64) -> BTreeMap<String, Relation> {
-    let typed = check_program(p).unwrap();
-    p.inputs
-        .keys()
-        .enumerate()
-        .map(|(i, name)| {
-            let t = &typed.types[name];
-            (name.clone(), random_relation(&t.frontier, &t.array_bounds, seed.wrapping_add(i as u64)))
-        })
-        .collect()
-}
 
 fn compare_phys(expected: &PhysRelation, actual: &PhysRelation) -> Result<(), String> {
     let sites = |r: &PhysRelation| r.tuples.iter().map(|t| (t.site, t.key.clone())).collect::<Vec<_>>();
@@ -91,7 +79,7 @@ fn check_run(
 fn check_program_all_sites(seed: u64, max_nodes: usize) {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let p = random_program(&mut rng, GenOptions { max_nodes, sites: 3 });
-    let inputs = inputs_for(&p, seed);
+    let inputs = tra_tests::random_inputs(&p, seed);
     let tra = eval_tra(&p, &inputs).unwrap_or_else(|e| panic!("seed {seed}: TRA: {e}\n{}", p.to_sexpr()));
     let limits = Limits { nodes: 20_000, time: std::time::Duration::from_secs(5), ..Limits::default() };
     let rules = tra_rules::all();
@@ -133,7 +121,7 @@ fn random_programs_on_threads_agree_with_the_reference() {
 fn matmul_workloads_measured_floats_equal_predicted() {
     for (i, j, k, sites) in [(4, 4, 4, 2), (2, 6, 2, 3), (6, 1, 6, 4), (3, 3, 3, 7), (4, 4, 4, 1)] {
         let p = tra_tests::matmul_program(i, j, k, 3, sites);
-        let inputs = inputs_for(&p, 11);
+        let inputs = tra_tests::random_inputs(&p, 11);
         let tra = eval_tra(&p, &inputs).unwrap();
         let answer = optimize(&p, &tra_rules::all(), &Limits::default()).unwrap();
         check_run(
@@ -170,7 +158,7 @@ fn example_workloads_measured_floats_equal_predicted() {
     assert!(examples.len() >= 4);
     for (name, p) in examples {
         let sites = p.cluster().sites;
-        let inputs = inputs_for(&p, 3);
+        let inputs = tra_tests::random_inputs(&p, 3);
         let tra = eval_tra(&p, &inputs).unwrap_or_else(|e| panic!("{name}: {e}"));
         let answer = optimize(&p, &rules, &Limits::default()).unwrap_or_else(|e| panic!("{name}: optimize: {e}"));
         check_run(&format!("{name}, chosen plan"), &answer.plan, sites, &inputs, &tra, Some(answer.cost.network_floats), 1);

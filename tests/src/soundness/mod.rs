@@ -355,15 +355,7 @@ pub struct InstanceStats {
 
 /// Random data for every input of a program (integers in [-3, 3]).
 pub fn random_data(p: &Program, seed: u64) -> BTreeMap<String, Relation> {
-    p.inputs
-        .iter()
-        .enumerate()
-        .map(|(i, (name, d))| {
-            let kb: Vec<u32> = d.key_bounds.iter().map(|&b| b as u32).collect();
-            let ab: Vec<usize> = d.array_bounds.iter().map(|&b| b as usize).collect();
-            (name.clone(), reference::random_relation(&kb, &ab, seed.wrapping_mul(0x9e37_79b9).wrapping_add(i as u64)))
-        })
-        .collect()
+    crate::random_inputs(p, seed.wrapping_mul(0x9e37_79b9))
 }
 
 fn saturate(eg: TraEGraph, rules: &[TraRewrite], opts: &Options, applied: &mut HashMap<Symbol, usize>) -> TraEGraph {
