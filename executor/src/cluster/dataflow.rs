@@ -1632,11 +1632,16 @@ fn streamed_matmul<'s, T: Elem>(
     let (p1, r1) = (p.clone(), report.clone());
     let scope = left.scope();
     left.binary_frontier::<Batch<T>, CB<T>, _, _, _, _>(right, Pipeline, Pipeline, &name, move |cap, info| {
-        let activator = scope.activator_for(info.address.clone());
+        // Output blocks are computed on the kernel threads while this worker
+        // goes on receiving and passing on blocks (other sites wait for
+        // them); a finished block wakes the operator up.
+        let wake = scope.worker().sync_activator_for(info.address.to_vec());
+        let (finished_tx, finished) = std::sync::mpsc::channel::<(usize, Res<Block<T>>)>();
         let mut cap = Some(cap);
         let (mut ls, mut rs) = (Stash::<T>::default(), Stash::<T>::default());
         let (mut lr, mut rr) = (Received::<T>::default(), Received::<T>::default());
-        let mut done = vec![false; plan.groups.len()];
+        let mut started = vec![false; plan.groups.len()];
+        let mut in_flight = 0usize;
         let mut emitted = 0u64;
         let mut failed = false;
         move |(in1, f1), (in2, f2), output| {
@@ -1653,47 +1658,13 @@ fn streamed_matmul<'s, T: Elem>(
             let complete = f1.is_empty() && f2.is_empty();
             let step = &p1.prep.steps[i];
             let node = step.name.as_str();
-            let IaOp::LocalAggregate { kernel: agg_kernel, .. } = &step.op else { unreachable!() };
-            let j = step.fused.as_deref().expect("fused");
-            let jk = step.join_kernel.as_ref().expect("fused join kernel");
-            let kind = MatMulKind::of(jk.kernel()).expect("a matrix product");
-            // The output blocks whose members are all here.
-            let ready: Vec<usize> = if failed {
-                Vec::new()
-            } else {
-                (0..plan.groups.len())
-                    .filter(|&g| {
-                        !done[g] && plan.groups[g].1.iter().all(|(lk, le, rk, re)| lr.get(lk, *le).is_some() && rr.get(rk, *re).is_some())
-                    })
-                    .collect()
-            };
-            // A few per activation while input still comes (so that it keeps
-            // being received), all of them at the end.
-            let batch = if complete { ready.len() } else { p1.cfg.threads.max(1) };
-            let now: Vec<usize> = ready.iter().copied().take(batch).collect();
-            if !now.is_empty() {
-                let x = p1.exec();
-                let results: Vec<(usize, Res<Block<T>>)> = super::supervise::guarded(|| {
-                    x.workers.install(|| {
-                        use rayon::prelude::*;
-                        now.par_iter()
-                            .map(|&g| {
-                                let blocks: Vec<(&Block<T>, &Block<T>)> = plan.groups[g]
-                                    .1
-                                    .iter()
-                                    .map(|(lk, le, rk, re)| (&**lr.get(lk, *le).expect("ready"), &**rr.get(rk, *re).expect("ready")))
-                                    .collect();
-                                (g, ops::matmul_group(x, node, j, agg_kernel, jk, kind, &blocks))
-                            })
-                            .collect()
-                    })
-                })
-                .unwrap_or_else(|e| vec![(usize::MAX, Err(bad(node, format!("panic: {}", panic_message(e)))))]);
+            // Blocks the kernel threads finished.
+            {
                 let mut session = output.session(c);
-                for (g, r) in results {
+                while let Ok((g, r)) = finished.try_recv() {
+                    in_flight -= 1;
                     match r {
                         Ok(b) => {
-                            done[g] = true;
                             emitted += 1;
                             session.give(Item::tuple(me, me as u32, plan.groups[g].0.clone(), Arc::new(b)));
                         }
@@ -1706,13 +1677,52 @@ fn streamed_matmul<'s, T: Elem>(
                     }
                 }
             }
-            if !complete {
-                r1.borrow_mut().steps[i].busy_ns += t0.elapsed().as_nanos() as u64;
-                if ready.len() > now.len() {
-                    activator.activate();
+            // Start the output blocks whose members are all here, as many
+            // as there are kernel threads.
+            let threads = p1.cfg.threads.max(1);
+            if !failed {
+                for g in 0..plan.groups.len() {
+                    if in_flight >= threads {
+                        break;
+                    }
+                    let members = &plan.groups[g].1;
+                    if started[g] || !members.iter().all(|(lk, le, rk, re)| lr.get(lk, *le).is_some() && rr.get(rk, *re).is_some()) {
+                        continue;
+                    }
+                    started[g] = true;
+                    in_flight += 1;
+                    let blocks: Vec<(SharedBlock<T>, SharedBlock<T>)> = members
+                        .iter()
+                        .map(|(lk, le, rk, re)| (lr.get(lk, *le).expect("here").clone(), rr.get(rk, *re).expect("here").clone()))
+                        .collect();
+                    let (p2, tx, wake) = (p1.clone(), finished_tx.clone(), wake.clone());
+                    p1.kernels.spawn(move || {
+                        let step = &p2.prep.steps[i];
+                        let node = step.name.as_str();
+                        let IaOp::LocalAggregate { kernel: agg_kernel, .. } = &step.op else { unreachable!("an aggregation") };
+                        let j = step.fused.as_deref().expect("fused");
+                        let jk = step.join_kernel.as_ref().expect("fused join kernel");
+                        let r = super::supervise::guarded(|| {
+                            let kind = MatMulKind::of(jk.kernel()).expect("a matrix product");
+                            let pairs: Vec<(&Block<T>, &Block<T>)> = blocks.iter().map(|(a, b)| (&**a, &**b)).collect();
+                            ops::matmul_group(p2.exec(), node, j, agg_kernel, jk, kind, &pairs)
+                        })
+                        .unwrap_or_else(|e| Err(bad(node, format!("panic: {}", panic_message(e)))));
+                        drop(blocks);
+                        // The operator may be gone (the job failed): nothing to tell then.
+                        let _ = tx.send((g, r));
+                        let _ = wake.activate();
+                    });
                 }
+            }
+            if !complete || in_flight > 0 {
+                r1.borrow_mut().steps[i].busy_ns += t0.elapsed().as_nanos() as u64;
                 return;
             }
+            let IaOp::LocalAggregate { kernel: agg_kernel, .. } = &step.op else { unreachable!() };
+            let j = step.fused.as_deref().expect("fused");
+            let jk = step.join_kernel.as_ref().expect("fused join kernel");
+
             // Complete: check what came, add the replicated part, finish.
             if p1.cfg.stall_ms > 0 {
                 std::thread::sleep(Duration::from_millis(p1.cfg.stall_ms));
