@@ -239,6 +239,12 @@ pub struct TraAnalysis {
     /// agree (default true). Mutation tests turn it off to show that the
     /// execution-based soundness harness catches an unsound rule on its own.
     pub check_merges: bool,
+    /// Rule applications that built something, by (rule, matched class,
+    /// substitution) as they were canonical then: egg searches every rule
+    /// again each iteration and finds the same matches again; an applier
+    /// that already built its right-hand side for the same classes would
+    /// only build the same nodes again, so it skips them.
+    pub applied: rustc_hash::FxHashSet<(egg::Symbol, Id, egg::Subst)>,
 }
 
 impl fmt::Debug for TraAnalysis {
@@ -250,7 +256,15 @@ impl fmt::Debug for TraAnalysis {
 impl TraAnalysis {
     /// An analysis for programs over these inputs on `sites` sites.
     pub fn new(sites: usize, inputs: IndexMap<String, InputDecl>) -> Self {
-        TraAnalysis { sites, inputs, origins: IndexMap::new(), oracle: None, values: HashMap::new(), check_merges: true }
+        TraAnalysis {
+            sites,
+            inputs,
+            origins: IndexMap::new(),
+            oracle: None,
+            values: HashMap::new(),
+            check_merges: true,
+            applied: Default::default(),
+        }
     }
 
     /// The same, checking every class's members against a value oracle.

@@ -15,7 +15,8 @@ use crate::cost::{node_cost, Cost, Weights};
 use crate::egraph::{ExtractedPlan, Ia, TraEGraph};
 use egg::{Id, Language, RecExpr};
 use indexmap::IndexMap;
-use std::collections::{BTreeMap, HashMap};
+use rustc_hash::FxHashMap as HashMap;
+use std::collections::BTreeMap;
 use std::rc::Rc;
 
 /// Class → cost of its chosen node, for every class a plan uses.
@@ -33,23 +34,36 @@ pub struct Choice {
 /// Find, for every class, its cheapest executable node under DAG cost,
 /// considering only nodes that `allow` accepts.
 pub fn choose(eg: &TraEGraph, w: Weights, allow: &dyn Fn(&TraEGraph, Id, &Ia) -> bool) -> Choice {
-    let mut best: HashMap<Id, (Ia, CostSet, Cost)> = HashMap::new();
-    // Node costs do not change during extraction: compute them once.
-    let mut candidates: Vec<(Id, Ia, Cost)> = Vec::new();
-    for class in eg.classes() {
-        for node in &class.nodes {
-            if !allow(eg, class.id, node) {
-                continue;
-            }
-            if let Some(c) = node_cost(eg, class.id, node, w) {
-                candidates.push((class.id, node.clone(), c));
+    choose_among(eg, &NodeCosts::new(eg, w), allow)
+}
+
+/// The own cost of every e-node that has one (computed once, shared by the
+/// extractions of several join-strategy restrictions).
+pub struct NodeCosts(Vec<(Id, Ia, Cost)>);
+
+impl NodeCosts {
+    /// Every node's own cost under these weights.
+    pub fn new(eg: &TraEGraph, w: Weights) -> NodeCosts {
+        let mut all = Vec::new();
+        for class in eg.classes() {
+            for node in &class.nodes {
+                if let Some(c) = node_cost(eg, class.id, node, w) {
+                    all.push((class.id, node.clone(), c));
+                }
             }
         }
+        NodeCosts(all)
     }
+}
+
+/// [`choose`] with the node costs given.
+pub fn choose_among(eg: &TraEGraph, costs: &NodeCosts, allow: &dyn Fn(&TraEGraph, Id, &Ia) -> bool) -> Choice {
+    let mut best: HashMap<Id, (Ia, CostSet, Cost)> = HashMap::default();
+    let candidates: Vec<&(Id, Ia, Cost)> = costs.0.iter().filter(|(id, node, _)| allow(eg, *id, node)).collect();
     // Parents of each class, so that a pass only revisits nodes whose
     // children's best plans changed in the previous pass.
-    let mut parents: HashMap<Id, Vec<usize>> = HashMap::new();
-    for (i, (_, node, _)) in candidates.iter().enumerate() {
+    let mut parents: HashMap<Id, Vec<usize>> = HashMap::default();
+    for (i, (_, node, _)) in candidates.iter().copied().enumerate() {
         for child in node.children() {
             parents.entry(eg.find(*child)).or_default().push(i);
         }
@@ -57,7 +71,7 @@ pub fn choose(eg: &TraEGraph, w: Weights, allow: &dyn Fn(&TraEGraph, Id, &Ia) ->
     let mut pending: Vec<bool> = vec![true; candidates.len()];
     loop {
         let mut changed: Vec<Id> = Vec::new();
-        for (i, (cid, node, own)) in candidates.iter().enumerate() {
+        for (i, (cid, node, own)) in candidates.iter().copied().enumerate() {
             if !pending[i] {
                 continue;
             }
@@ -119,7 +133,7 @@ impl Choice {
     /// first root that has no executable plan.
     pub fn plan(&self, eg: &TraEGraph, roots: &IndexMap<String, Id>) -> Result<ExtractedPlan, String> {
         let mut expr: RecExpr<Ia> = RecExpr::default();
-        let mut memo: HashMap<Id, Id> = HashMap::new();
+        let mut memo: HashMap<Id, Id> = HashMap::default();
         let mut out_roots = IndexMap::new();
         let mut classes: Vec<Id> = Vec::new();
         for (name, &root) in roots {

@@ -6,7 +6,7 @@ use crate::check::check_program;
 use crate::cost::{Cost, Weights};
 use crate::egraph::{add_program, set_current_rule, ExtractedPlan, Ia, Param, TraAnalysis, TraEGraph};
 use crate::error::{ErrorCode, ProgramError};
-use crate::extract::{choose, plan_cost};
+use crate::extract::{choose_among, plan_cost, NodeCosts};
 use crate::program::{Plan, Program};
 use crate::rule::RuleDef;
 use crate::types::Placement;
@@ -291,12 +291,13 @@ pub fn optimize(p: &Program, rules: &[RuleDef], limits: &Limits) -> Result<Optim
         &[JoinStrategy::Replicated, JoinStrategy::BroadcastBoth],
     ];
     let mut alternatives: Vec<(Alternative, ExtractedPlan)> = Vec::new();
+    let costs = NodeCosts::new(&eg, w);
     for allowed in restrictions {
         let allow = |eg: &TraEGraph, _c: Id, n: &Ia| match join_strategy(eg, n) {
             Some(s) => allowed.is_empty() || allowed.contains(&s),
             None => true,
         };
-        let choice = choose(&eg, w, &allow);
+        let choice = choose_among(&eg, &costs, &allow);
         let extracted = match choice.plan(&eg, &roots) {
             Ok(x) => x,
             Err(output) if allowed.is_empty() => {

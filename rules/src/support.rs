@@ -225,10 +225,18 @@ impl Applier<Ia, TraAnalysis> for Build {
         eclass: Id,
         subst: &Subst,
         _searcher_ast: Option<&PatternAst<Ia>>,
-        _rule_name: Symbol,
+        rule_name: Symbol,
     ) -> Vec<Id> {
+        let key = (rule_name, eclass, subst.clone());
+        if egraph.analysis.applied.contains(&key) {
+            return Vec::new();
+        }
+        let built = (self.f)(egraph, eclass, subst);
+        if !built.is_empty() {
+            egraph.analysis.applied.insert(key);
+        }
         let mut changed = Vec::new();
-        for (class, rhs) in (self.f)(egraph, eclass, subst) {
+        for (class, rhs) in built {
             if self.guard == Guard::SkipMismatch && conflict(&egraph[class].data, &egraph[rhs].data).is_some() {
                 continue;
             }
