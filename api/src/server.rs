@@ -260,12 +260,17 @@ fn plan_report(plan: &Plan, program: &Program) -> Value {
 /// placement, network_floats, flops, total}}`.
 pub fn answer_json(program: &Program, answer: &OptimizeAnswer) -> Value {
     let mut v = serde_json::to_value(answer).expect("an optimize answer serializes");
-    v["report"] = plan_report(&answer.plan, program);
+    let mut chosen = None;
     if let Some(alts) = v.get_mut("alternatives").and_then(|a| a.as_array_mut()) {
         for (alt, a) in alts.iter_mut().zip(&answer.alternatives) {
-            alt["report"] = plan_report(&a.plan, program);
+            let report = plan_report(&a.plan, program);
+            if chosen.is_none() && a.plan == answer.plan {
+                chosen = Some(report.clone()); // the chosen plan is alternatives[0]: typed once
+            }
+            alt["report"] = report;
         }
     }
+    v["report"] = chosen.unwrap_or_else(|| plan_report(&answer.plan, program));
     v
 }
 
