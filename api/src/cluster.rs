@@ -10,9 +10,8 @@
 //!
 //! The executor side is `tra_executor::cluster`.
 
-use crate::run::RunArgs;
+use crate::run::{pairs, read_program, report, RunArgs};
 use std::collections::BTreeMap;
-use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use tra_executor::cluster::agent;
@@ -23,7 +22,7 @@ use tra_executor::threads::Dtype;
 use tra_optimizer::check::check_plan;
 use tra_optimizer::cost::{plan_report, Weights};
 use tra_optimizer::optimize::{optimize, Limits, OptimizeError};
-use tra_optimizer::{Cluster, Program, ProgramError};
+use tra_optimizer::{Cluster, Program};
 
 /// The cluster options of `tra run` (flatten them into its arguments).
 #[derive(clap::Args, Debug, Clone, Default)]
@@ -87,46 +86,6 @@ pub fn worker_command(args: WorkerArgs) -> Result<(), String> {
     };
     let hosts = agent::read_hosts(&hosts)?;
     agent::serve(process, &hosts, &Launcher::current_tra()?)
-}
-
-fn report(e: &ProgramError) -> String {
-    if e.at.is_empty() {
-        format!("error [{}]: {}", e.code.as_str(), e.message)
-    } else {
-        format!("error [{}] at {}: {}", e.code.as_str(), e.at, e.message)
-    }
-}
-
-// The next two are `tra run`'s own (private there), copied.
-fn read_program(file: &str) -> Result<Program, String> {
-    let text = if file == "-" {
-        let mut s = String::new();
-        std::io::stdin().read_to_string(&mut s).map_err(|e| format!("cannot read standard input: {e}"))?;
-        s
-    } else {
-        std::fs::read_to_string(file).map_err(|e| format!("cannot read {file}: {e}"))?
-    };
-    Program::from_json(&text).map_err(|e| report(&e))
-}
-
-fn pairs(flag: &str, items: &[String], allowed: &[String], what: &str) -> Result<BTreeMap<String, PathBuf>, String> {
-    let mut out = BTreeMap::new();
-    for item in items {
-        let (name, path) = item
-            .split_once('=')
-            .filter(|(n, p)| !n.is_empty() && !p.is_empty())
-            .ok_or_else(|| format!("--{flag} {item:?}: expected NAME=FILE.npy"))?;
-        if !allowed.iter().any(|a| a == name) {
-            return Err(format!(
-                "--{flag} {name}={path}: the program has no {what} `{name}` (its {what}s: {})",
-                allowed.join(", ")
-            ));
-        }
-        if out.insert(name.to_string(), PathBuf::from(path)).is_some() {
-            return Err(format!("--{flag} {name}: given twice"));
-        }
-    }
-    Ok(out)
 }
 
 fn absolute(p: &Path) -> PathBuf {

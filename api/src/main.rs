@@ -1,13 +1,12 @@
 //! `tra`: check, compile (and later optimize, run and serve) TRA programs.
 
 use clap::{Parser, Subcommand, ValueEnum};
-use std::io::Read;
 use std::process::ExitCode;
 use tra_optimizer::check::{check_plan, check_program};
 use tra_optimizer::compile::compile;
 use tra_optimizer::cost::{plan_report, Weights};
 use tra_optimizer::optimize::{optimize, Limits, OptimizeError};
-use tra_optimizer::{Cluster, Program, ProgramError};
+use tra_optimizer::{Cluster, Program};
 
 #[derive(Parser)]
 #[command(name = "tra", version, about = "Optimize tensor relational algebra programs for distributed execution")]
@@ -120,23 +119,7 @@ enum Command {
     },
 }
 
-fn read(file: &str) -> Result<String, String> {
-    if file == "-" {
-        let mut s = String::new();
-        std::io::stdin().read_to_string(&mut s).map_err(|e| format!("cannot read standard input: {e}"))?;
-        Ok(s)
-    } else {
-        std::fs::read_to_string(file).map_err(|e| format!("cannot read {file}: {e}"))
-    }
-}
-
-fn report(e: &ProgramError) -> String {
-    if e.at.is_empty() {
-        format!("error [{}]: {}", e.code.as_str(), e.message)
-    } else {
-        format!("error [{}] at {}: {}", e.code.as_str(), e.at, e.message)
-    }
-}
+use tra_api::run::{read_text as read, report};
 
 fn load(file: &str) -> Result<Program, String> {
     Program::from_json(&read(file)?).map_err(|e| report(&e))

@@ -50,7 +50,8 @@ pub struct RunArgs {
     pub no_progress: bool,
 }
 
-fn report(e: &ProgramError) -> String {
+/// A program error as one line: `error [code] at node: message`.
+pub fn report(e: &ProgramError) -> String {
     if e.at.is_empty() {
         format!("error [{}]: {}", e.code.as_str(), e.message)
     } else {
@@ -58,19 +59,24 @@ fn report(e: &ProgramError) -> String {
     }
 }
 
-fn read_program(file: &str) -> Result<Program, String> {
-    let text = if file == "-" {
+/// The text of a file, or of standard input for `-`.
+pub fn read_text(file: &str) -> Result<String, String> {
+    if file == "-" {
         let mut s = String::new();
         std::io::stdin().read_to_string(&mut s).map_err(|e| format!("cannot read standard input: {e}"))?;
-        s
+        Ok(s)
     } else {
-        std::fs::read_to_string(file).map_err(|e| format!("cannot read {file}: {e}"))?
-    };
-    Program::from_json(&text).map_err(|e| report(&e))
+        std::fs::read_to_string(file).map_err(|e| format!("cannot read {file}: {e}"))
+    }
 }
 
-/// `NAME=PATH` pairs, checked against the names allowed.
-fn pairs(flag: &str, items: &[String], allowed: &[String], what: &str) -> Result<BTreeMap<String, PathBuf>, String> {
+/// A program from a file (or standard input for `-`), errors as [`report`] words them.
+pub fn read_program(file: &str) -> Result<Program, String> {
+    Program::from_json(&read_text(file)?).map_err(|e| report(&e))
+}
+
+/// `NAME=PATH` pairs of a flag (`--input`, `--output`), checked against the names allowed.
+pub fn pairs(flag: &str, items: &[String], allowed: &[String], what: &str) -> Result<BTreeMap<String, PathBuf>, String> {
     let mut out = BTreeMap::new();
     for item in items {
         let (name, path) = item

@@ -7,23 +7,26 @@
 //! which are the reference interpreter's: the same pairs in the same order,
 //! the same fold order (members in (key, site) order, replicated last), the
 //! same kernels ([`FastKernel`], [`fold`], [`concat_pieces`], [`matmul_into`]),
-//! so results are bit for bit those of the thread runtime. The helpers below
-//! (pairing, grouping, key projection) are copied from the thread runtime,
-//! whose versions are private; only the part of `agg_groups` that mixed
-//! relations need is left out (the cluster runtime rejects plans that could
-//! hold a relation with both site and replicated tuples: from inputs that are
-//! each hashed, `any` or replicated, no IA operator makes one).
+//! so results are bit for bit those of the thread runtime. Pairing, filtering,
+//! key projection and errors are the thread runtime's own
+//! ([`crate::threads::local`]); grouping here leaves out the part of the
+//! thread runtime's `agg_groups` that mixed relations need (the cluster
+//! runtime rejects plans that could hold a relation with both site and
+//! replicated tuples: from inputs that are each hashed, `any` or replicated,
+//! no IA operator makes one).
 
-use crate::reference::InterpError;
 use crate::threads::kernels::{concat_pieces, fold, matmul_into, FastKernel, MatMulKind};
 use crate::threads::{Block, Elem, Pool, SharedBlock, Tuple};
 use rayon::prelude::*;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use tra_optimizer::kernel::{KernelError, KernelRef};
-use tra_optimizer::keyexpr::{Key, KeyFn, Predicate};
+use tra_optimizer::keyexpr::{Key, KeyFn};
 
-pub(crate) type Res<T> = Result<T, InterpError>;
+pub(crate) use crate::threads::local::{
+    bad, concat_count, concat_kernel, filter, is_mat_add, join_pairs, kernel_err, project, Pair, Res,
+};
+use crate::threads::local::eval_key;
 
 /// Where kernels run: the process's block pool and kernel threads.
 #[derive(Clone, Copy)]
@@ -34,119 +37,10 @@ pub struct Exec<'a, T: Elem> {
     pub workers: &'a rayon::ThreadPool,
 }
 
-pub(crate) fn bad(node: &str, message: impl Into<String>) -> InterpError {
-    InterpError::BadNode { node: node.to_string(), message: message.into() }
-}
 
-pub(crate) fn kernel_err(node: &str, kernel: &KernelRef, e: KernelError) -> InterpError {
-    InterpError::Kernel { node: node.to_string(), kernel: kernel.to_string(), source: e }
-}
 
-pub(crate) fn project(node: &str, key: &[u32], dims: &[usize]) -> Res<Key> {
-    dims.iter()
-        .map(|&d| {
-            key.get(d).copied().ok_or_else(|| {
-                bad(node, format!("key dim {d} does not exist: key {key:?} has {} components", key.len()))
-            })
-        })
-        .collect()
-}
 
-fn join_key(left: &[u32], right: &[u32], rk: &[usize]) -> Key {
-    let mut k = left.to_vec();
-    k.extend(right.iter().enumerate().filter(|(i, _)| !rk.contains(i)).map(|(_, &c)| c));
-    k
-}
 
-fn eval_key(node: &str, f: &KeyFn, key: &[u32]) -> Res<Vec<Key>> {
-    f.eval(key).map_err(|e| InterpError::KeyEval { node: node.to_string(), key: key.to_vec(), source: e })
-}
-
-fn eval_pred(node: &str, p: &Predicate, key: &[u32]) -> Res<bool> {
-    p.eval(key).map_err(|e| InterpError::KeyEval { node: node.to_string(), key: key.to_vec(), source: e })
-}
-
-/// `(key_dim, array_dim)` of a concat kernel, `None` for any other kernel.
-pub(crate) fn concat_kernel(node: &str, kernel: &KernelRef) -> Res<Option<(usize, usize)>> {
-    match kernel {
-        KernelRef::Named { name, args } if name == "concat" => {
-            let parsed: Vec<Option<usize>> = args.iter().map(|a| a.parse::<usize>().ok()).collect();
-            match parsed.as_slice() {
-                [Some(k), Some(a)] => Ok(Some((*k, *a))),
-                _ => Err(bad(node, format!("kernel {kernel}: concat takes two naturals (key_dim, array_dim)"))),
-            }
-        }
-        _ => Ok(None),
-    }
-}
-
-/// The piece count of a concat over these keys (max piece index + 1).
-pub(crate) fn concat_count<'a>(node: &str, keys: impl Iterator<Item = &'a Key>, key_dim: usize) -> Res<u32> {
-    let mut count = 0u32;
-    for k in keys {
-        let c = project(node, k, &[key_dim])?[0];
-        let c1 = c.checked_add(1).ok_or_else(|| bad(node, format!("concat: piece index {c} is too large")))?;
-        count = count.max(c1);
-    }
-    Ok(count)
-}
-
-/// Whether a kernel is plain `matAdd`.
-pub(crate) fn is_mat_add(k: &KernelRef) -> bool {
-    matches!(k, KernelRef::Named { name, args } if name == "matAdd" && args.is_empty())
-}
-
-type Pair<'a, T> = (Key, &'a Tuple<T>, &'a Tuple<T>);
-
-/// The pairs of a local join on one site (`every = false`) or of the
-/// replicated parts (`every = true`), in the thread runtime's order.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn join_pairs<'a, T: Elem>(
-    node: &str,
-    lk: &[usize],
-    rk: &[usize],
-    l_own: &'a [Tuple<T>],
-    l_every: &'a [Tuple<T>],
-    r_own: &'a [Tuple<T>],
-    r_every: &'a [Tuple<T>],
-    every: bool,
-) -> Res<Vec<Pair<'a, T>>> {
-    if lk.len() != rk.len() {
-        return Err(bad(node, format!("{} left join dims but {} right join dims", lk.len(), rk.len())));
-    }
-    let index = |list: &'a [Tuple<T>]| -> Res<HashMap<Key, Vec<&'a Tuple<T>>>> {
-        let mut m: HashMap<Key, Vec<&'a Tuple<T>>> = HashMap::new();
-        for t in list {
-            m.entry(project(node, &t.0, rk)?).or_default().push(t);
-        }
-        Ok(m)
-    };
-    let (ro, re) = (index(r_own)?, index(r_every)?);
-    let mut out = Vec::new();
-    let none: Vec<&Tuple<T>> = Vec::new();
-    if every {
-        for l in l_every {
-            let jk = project(node, &l.0, lk)?;
-            for r in re.get(&jk).unwrap_or(&none) {
-                out.push((join_key(&l.0, &r.0, rk), l, *r));
-            }
-        }
-        return Ok(out);
-    }
-    for l in l_own {
-        let jk = project(node, &l.0, lk)?;
-        for r in ro.get(&jk).unwrap_or(&none).iter().chain(re.get(&jk).unwrap_or(&none)) {
-            out.push((join_key(&l.0, &r.0, rk), l, *r));
-        }
-    }
-    for l in l_every {
-        let jk = project(node, &l.0, lk)?;
-        for r in ro.get(&jk).unwrap_or(&none) {
-            out.push((join_key(&l.0, &r.0, rk), l, *r));
-        }
-    }
-    Ok(out)
-}
 
 /// A member of a group: its key, whether it is replicated, what it carries.
 pub(crate) type Member<'a, P> = (&'a Key, bool, P);
@@ -170,16 +64,6 @@ pub(crate) fn groups<'a, P: Copy>(
     Ok(out)
 }
 
-/// `local_filter` of a list.
-pub fn filter<T: Elem>(node: &str, p: &Predicate, input: &[Tuple<T>]) -> Res<Vec<Tuple<T>>> {
-    let mut out = Vec::new();
-    for t in input {
-        if eval_pred(node, p, &t.0)? {
-            out.push(t.clone());
-        }
-    }
-    Ok(out)
-}
 
 /// `local_map` of a list (output sorted by key, as the thread runtime's).
 pub fn map<T: Elem>(

@@ -35,6 +35,7 @@
 
 pub mod elem;
 pub mod kernels;
+pub(crate) mod local;
 pub mod pool;
 pub mod runtime;
 
