@@ -61,19 +61,37 @@ pub fn fold(kernel: &KernelRef, blocks: &[&Block]) -> Result<Block, KernelError>
 /// missing indices are zero-filled. All pieces must have the same shape;
 /// indices must be below `count` and distinct.
 pub fn concat_pieces(pieces: &[(u32, &Block)], array_dim: usize, count: u32) -> Result<Block, KernelError> {
-    let Some(&(_, first)) = pieces.first() else {
+    let out_shape = concat_shape(pieces.iter().map(|&(i, p)| (i, p.shape())), array_dim, count)?;
+    let piece = pieces[0].1.shape()[array_dim];
+    let mut out = Block::zeros(IxDyn(&out_shape));
+    for &(i, p) in pieces {
+        let start = i as usize * piece;
+        out.slice_axis_mut(Axis(array_dim), Slice::from(start..start + piece)).assign(p);
+    }
+    Ok(out)
+}
+
+/// The shape of a concat of pieces (each index with its piece's shape)
+/// along `array_dim` into `count` pieces, after checking that there are
+/// pieces, all of one shape, with distinct indices below `count` (the checks,
+/// and their errors, of both `concat_pieces`).
+pub(crate) fn concat_shape<'a>(
+    pieces: impl Iterator<Item = (u32, &'a [usize])> + Clone,
+    array_dim: usize,
+    count: u32,
+) -> Result<Vec<usize>, KernelError> {
+    let Some((_, shape)) = pieces.clone().next() else {
         return Err(KernelError::BadUse("concat: no pieces, so no piece shape".into()));
     };
-    let shape = first.shape();
     if array_dim >= shape.len() {
         return Err(KernelError::BadShape(format!(
             "concat: array dim {array_dim} is out of range for pieces of shape {shape:?}"
         )));
     }
-    let mut seen: Vec<u32> = Vec::with_capacity(pieces.len());
-    for &(i, p) in pieces {
-        if p.shape() != shape {
-            return Err(KernelError::BadShape(format!("concat: piece shapes differ: {shape:?} and {:?}", p.shape())));
+    let mut seen: Vec<u32> = Vec::new();
+    for (i, p) in pieces {
+        if p != shape {
+            return Err(KernelError::BadShape(format!("concat: piece shapes differ: {shape:?} and {p:?}")));
         }
         if i >= count {
             return Err(KernelError::BadUse(format!("concat: piece index {i} is not below the count {count}")));
@@ -89,12 +107,7 @@ pub fn concat_pieces(pieces: &[(u32, &Block)], array_dim: usize, count: u32) -> 
     out_shape[array_dim] = piece.checked_mul(count as usize).ok_or_else(|| {
         KernelError::BadShape(format!("concat: {count} pieces of bound {piece} overflow array dim {array_dim}"))
     })?;
-    let mut out = Block::zeros(IxDyn(&out_shape));
-    for &(i, p) in pieces {
-        let start = i as usize * piece;
-        out.slice_axis_mut(Axis(array_dim), Slice::from(start..start + piece)).assign(p);
-    }
-    Ok(out)
+    Ok(out_shape)
 }
 
 /// The only block of a result.

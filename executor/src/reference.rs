@@ -757,6 +757,11 @@ fn eval_tra_op(node: &str, op: &TraOp, values: &BTreeMap<String, Relation>) -> R
 /// Check that input data matches its declaration: key arity, keys below the
 /// key bounds, block shapes. (Density is not required.)
 fn check_input(name: &str, decl: &InputDecl, rel: &Relation) -> Res<()> {
+    check_input_tuples(name, decl, rel.tuples.iter().map(|(k, b)| (k, b.shape())))
+}
+
+/// Key and array bounds of an input's declaration, checked.
+pub fn input_bounds(name: &str, decl: &InputDecl) -> Res<(Vec<u32>, Vec<usize>)> {
     let err = |message: String| InterpError::BadInput { input: name.to_string(), message };
     let mut key_bounds = Vec::with_capacity(decl.key_bounds.len());
     for &b in &decl.key_bounds {
@@ -766,15 +771,36 @@ fn check_input(name: &str, decl: &InputDecl, rel: &Relation) -> Res<()> {
     for &b in &decl.array_bounds {
         array_bounds.push(usize::try_from(b).map_err(|_| err(format!("array bound {b} is not a valid bound")))?);
     }
-    for (k, b) in &rel.tuples {
+    Ok((key_bounds, array_bounds))
+}
+
+/// Check an input's tuples (each key with its block's shape, in the order
+/// held) against the input's declaration: keys unique and sorted, key arity,
+/// keys below the key bounds, block shapes — the one check of the reference
+/// interpreter and of the thread and cluster runtimes.
+pub(crate) fn check_input_tuples<'a>(
+    name: &str,
+    decl: &InputDecl,
+    tuples: impl Iterator<Item = (&'a Key, &'a [usize])> + Clone,
+) -> Res<()> {
+    let err = |message: String| InterpError::BadInput { input: name.to_string(), message };
+    let (key_bounds, array_bounds) = input_bounds(name, decl)?;
+    let mut previous: Option<&Key> = None;
+    for (k, _) in tuples.clone() {
+        if let Some(p) = previous.filter(|p| *p >= k) {
+            return Err(err(format!("keys {p:?} and {k:?} are not unique and sorted")));
+        }
+        previous = Some(k);
+    }
+    for (k, shape) in tuples {
         if k.len() != key_bounds.len() {
             return Err(err(format!("key {k:?} has {} components, declared {}", k.len(), key_bounds.len())));
         }
         if let Some(d) = (0..k.len()).find(|&d| k[d] >= key_bounds[d]) {
             return Err(err(format!("key {k:?}: component {d} is not below its bound {}", key_bounds[d])));
         }
-        if b.shape() != array_bounds.as_slice() {
-            return Err(err(format!("key {k:?}: block shape {:?}, declared {array_bounds:?}", b.shape())));
+        if shape != array_bounds.as_slice() {
+            return Err(err(format!("key {k:?}: block shape {shape:?}, declared {array_bounds:?}")));
         }
     }
     Ok(())
@@ -782,7 +808,7 @@ fn check_input(name: &str, decl: &InputDecl, rel: &Relation) -> Res<()> {
 
 /// The evaluation order of a DAG (from [`topo_order`]), after checking that no
 /// node shares a name with an input.
-fn evaluation_order<'a>(
+pub(crate) fn evaluation_order<'a>(
     order: tra_optimizer::error::Result<Vec<String>>,
     mut node_names: impl Iterator<Item = &'a String>,
     is_input: impl Fn(&str) -> bool,

@@ -37,7 +37,7 @@ use super::input::{self, InputData};
 use super::output::OutputFile;
 use super::ops::{self, bad, concat_count, concat_kernel, is_mat_add, project, Exec, Res};
 use super::wire::{pool, Batch, Body, Item, EVERY_TAG};
-use crate::reference::{AnyLayout, InterpError};
+use crate::reference::{evaluation_order, AnyLayout, InterpError};
 use crate::threads::kernels::{FastKernel, MatMulKind};
 use crate::threads::{Block, Elem, NodeStats, PhysValue, SharedBlock, Tuple};
 use tra_optimizer::keyexpr::Key;
@@ -237,14 +237,7 @@ struct Prepared {
 }
 
 fn prepare(plan: &Plan, fuse: bool) -> Result<Prepared, InterpError> {
-    let order = topo_order(&plan.nodes).map_err(|e| {
-        let at = if e.at.is_empty() { "?".to_string() } else { e.at.clone() };
-        let message = e.message.strip_prefix(&format!("node {at}: ")).unwrap_or(&e.message).to_string();
-        bad(&at, message)
-    })?;
-    if let Some(name) = plan.nodes.keys().find(|n| plan.inputs.contains_key(*n)) {
-        return Err(bad(name, "the name is also an input's"));
-    }
+    let order = evaluation_order(topo_order(&plan.nodes), plan.nodes.keys(), |n| plan.inputs.contains_key(n))?;
     for name in &order {
         for operand in plan.nodes[name].operands() {
             if !plan.inputs.contains_key(operand) && !plan.nodes.contains_key(operand) {
@@ -420,9 +413,14 @@ fn panic_message(e: Box<dyn std::any::Any + Send>) -> String {
         .unwrap_or_else(|| "a kernel panicked".into())
 }
 
+/// `f`'s result, a panic in it an error of `node`.
+fn caught<R>(node: &str, f: impl FnOnce() -> Res<R>) -> Res<R> {
+    guarded(f).unwrap_or_else(|e| Err(bad(node, format!("panic: {}", panic_message(e)))))
+}
+
 impl<T: Elem> Proc<T> {
     fn exec(&self) -> Exec<'_, T> {
-        Exec { pool: pool::<T>(), workers: &self.kernels }
+        Exec { pool: pool::<T>(), workers: &self.kernels, flops: None }
     }
 
     fn now_ns(&self) -> u64 {
@@ -434,12 +432,21 @@ impl<T: Elem> Proc<T> {
     fn every_part(&self, step: usize, f: impl FnOnce() -> Res<Vec<Tuple<T>>>) -> Res<Shared<T>> {
         let cell = lock(&self.every).entry(step).or_default().clone();
         let node = &self.prep.steps[step].name;
-        cell.get_or_init(|| {
-            guarded(f)
-                .unwrap_or_else(|p| Err(bad(node, format!("panic: {}", panic_message(p)))))
-                .map(Arc::new)
-        })
-        .clone()
+        cell.get_or_init(|| caught(node, f).map(Arc::new)).clone()
+    }
+
+    /// Wait the configured `stall_ms` before a step computes.
+    fn stall(&self) {
+        if self.cfg.stall_ms > 0 {
+            std::thread::sleep(Duration::from_millis(self.cfg.stall_ms));
+        }
+    }
+
+    /// Count step `i`'s busy time since `t0` and note it done now.
+    fn step_done(&self, report: &Report, i: usize, t0: Instant) {
+        let mut r = report.borrow_mut();
+        r.steps[i].busy_ns += t0.elapsed().as_nanos() as u64;
+        r.steps[i].done_ns = self.now_ns();
     }
 
     /// A replicated input, read once per process.
@@ -1169,6 +1176,27 @@ fn fire_items<T: Elem>(
     }
 }
 
+/// A local operator's computation once its inputs are complete: the
+/// configured stall, the inputs taken (`take`), `compute` on them (a panic an
+/// error of the step), the step's time noted; the items to send.
+fn compute_step<T: Elem, I>(
+    p: &Proc<T>,
+    me: usize,
+    i: usize,
+    report: &Report,
+    take: impl FnOnce() -> I,
+    compute: impl FnOnce(&I) -> Res<(Vec<Tuple<T>>, Shared<T>)>,
+) -> Vec<Item<T>> {
+    let t0 = Instant::now();
+    p.stall();
+    let inputs = take();
+    let result = caught(&p.prep.steps[i].name, || compute(&inputs));
+    let items = fire_items(p, me, i, report, result);
+    drop(inputs);
+    p.step_done(report, i, t0);
+    items
+}
+
 /// A unary local operator (filter, map, aggregate), with the piece counts of
 /// a concat aggregation as a second input.
 fn local1<'s, T: Elem>(p: &Arc<Proc<T>>, me: usize, i: usize, input: S<'s, T>, counts: Option<S<'s, T>>, report: &Report) -> S<'s, T> {
@@ -1183,21 +1211,12 @@ fn local1<'s, T: Elem>(p: &Arc<Proc<T>>, me: usize, i: usize, input: S<'s, T>, c
             in2.for_each(|_, data| stash.absorb(data));
             if f1.is_empty() && f2.is_empty() {
                 if let Some(c) = cap.take() {
-                    let t0 = Instant::now();
-                    if p1.cfg.stall_ms > 0 {
-                        std::thread::sleep(Duration::from_millis(p1.cfg.stall_ms));
-                    }
-                    let (own, every) = stash.parts();
-                    let count = stash.meta.iter().filter_map(|(_, m)| m.get(..4).map(|b| u32::from_le_bytes(b.try_into().expect("4")))).max();
-                    let result = guarded(|| compute1(&p1, i, &own, &every, count))
-                        .unwrap_or_else(|e| Err(bad(&p1.prep.steps[i].name, format!("panic: {}", panic_message(e)))));
-                    let items = fire_items(&p1, me, i, &r1, result);
-                    drop((own, every));
-                    {
-                        let mut r = r1.borrow_mut();
-                        r.steps[i].busy_ns += t0.elapsed().as_nanos() as u64;
-                        r.steps[i].done_ns = p1.now_ns();
-                    }
+                    let take = || {
+                        let (own, every) = stash.parts();
+                        let count = stash.meta.iter().filter_map(|(_, m)| m.get(..4).map(|b| u32::from_le_bytes(b.try_into().expect("4")))).max();
+                        (own, every, count)
+                    };
+                    let items = compute_step(&p1, me, i, &r1, take, |(own, every, count)| compute1(&p1, i, own, every, *count));
                     let mut session = output.session(&c);
                     for it in items {
                         session.give(it);
@@ -1260,21 +1279,8 @@ fn local2<'s, T: Elem>(p: &Arc<Proc<T>>, me: usize, i: usize, left: S<'s, T>, ri
             in2.for_each(|_, data| rs.absorb(data));
             if f1.is_empty() && f2.is_empty() {
                 if let Some(c) = cap.take() {
-                    let t0 = Instant::now();
-                    if p1.cfg.stall_ms > 0 {
-                        std::thread::sleep(Duration::from_millis(p1.cfg.stall_ms));
-                    }
-                    let l = ls.parts();
-                    let r = rs.parts();
-                    let result = guarded(|| compute2(&p1, i, &l, &r))
-                        .unwrap_or_else(|e| Err(bad(&p1.prep.steps[i].name, format!("panic: {}", panic_message(e)))));
-                    let items = fire_items(&p1, me, i, &r1, result);
-                    drop((l, r));
-                    {
-                        let mut rep = r1.borrow_mut();
-                        rep.steps[i].busy_ns += t0.elapsed().as_nanos() as u64;
-                        rep.steps[i].done_ns = p1.now_ns();
-                    }
+                    let take = || (ls.parts(), rs.parts());
+                    let items = compute_step(&p1, me, i, &r1, take, |(l, r)| compute2(&p1, i, l, r));
                     let mut session = output.session(&c);
                     for it in items {
                         session.give(it);
@@ -1702,12 +1708,11 @@ fn streamed_matmul<'s, T: Elem>(
                         let IaOp::LocalAggregate { kernel: agg_kernel, .. } = &step.op else { unreachable!("an aggregation") };
                         let j = step.fused.as_deref().expect("fused");
                         let jk = step.join_kernel.as_ref().expect("fused join kernel");
-                        let r = super::supervise::guarded(|| {
+                        let r = caught(node, || {
                             let kind = MatMulKind::of(jk.kernel()).expect("a matrix product");
                             let pairs: Vec<(&Block<T>, &Block<T>)> = blocks.iter().map(|(a, b)| (&**a, &**b)).collect();
-                            ops::matmul_group(p2.exec(), node, j, agg_kernel, jk, kind, &pairs)
-                        })
-                        .unwrap_or_else(|e| Err(bad(node, format!("panic: {}", panic_message(e)))));
+                            ops::matmul_group(p2.exec(), node, j, agg_kernel, jk, kind, &pairs, 1)
+                        });
                         drop(blocks);
                         // The operator may be gone (the job failed): nothing to tell then.
                         let _ = tx.send((g, r));
@@ -1724,16 +1729,13 @@ fn streamed_matmul<'s, T: Elem>(
             let jk = step.join_kernel.as_ref().expect("fused join kernel");
 
             // Complete: check what came, add the replicated part, finish.
-            if p1.cfg.stall_ms > 0 {
-                std::thread::sleep(Duration::from_millis(p1.cfg.stall_ms));
-            }
+            p1.stall();
             let (l, r) = (ls.parts(), rs.parts());
             let as_planned = lr.matches(&plan.expected[0]) && rr.matches(&plan.expected[1]);
             let mut items = Vec::new();
             if !as_planned && emitted == 0 && !failed {
                 // Not what was planned: the batch computation, from everything.
-                let result = guarded(|| compute2(&p1, i, &l, &r))
-                    .unwrap_or_else(|e| Err(bad(node, format!("panic: {}", panic_message(e)))));
+                let result = caught(node, || compute2(&p1, i, &l, &r));
                 items = fire_items(&p1, me, i, &r1, result);
             } else if !as_planned && !failed {
                 let e = bad(node, "the cluster runtime received other tuples than the plan's inputs hold");
@@ -1754,11 +1756,7 @@ fn streamed_matmul<'s, T: Elem>(
                 r1.borrow_mut().steps[i].tuples += emitted;
             }
             drop((l, r));
-            {
-                let mut rep = r1.borrow_mut();
-                rep.steps[i].busy_ns += t0.elapsed().as_nanos() as u64;
-                rep.steps[i].done_ns = p1.now_ns();
-            }
+            p1.step_done(&r1, i, t0);
             let mut session = output.session(c);
             for it in items {
                 session.give(it);

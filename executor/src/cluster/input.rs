@@ -12,7 +12,7 @@
 
 use super::wire::elem_bytes_mut;
 use crate::npy::{self, Layout, NpyHeader};
-use crate::reference::{all_keys, AnyLayout, InterpError};
+use crate::reference::{all_keys, check_input_tuples, AnyLayout, InterpError};
 use crate::threads::{Dtype, Elem, Pool, TRelation, Tuple};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -63,41 +63,11 @@ pub fn sites_of_tuples(name: &str, keys: &[Key], placement: &PlacementDecl, site
     Ok(out)
 }
 
-/// Key and array bounds of a declaration, checked.
-pub fn bounds(name: &str, decl: &InputDecl) -> Result<(Vec<u32>, Vec<usize>), InterpError> {
-    let err = |message: String| InterpError::BadInput { input: name.to_string(), message };
-    let mut kb = Vec::new();
-    for &b in &decl.key_bounds {
-        kb.push(u32::try_from(b).map_err(|_| err(format!("key bound {b} is not a valid bound")))?);
-    }
-    let mut ab = Vec::new();
-    for &b in &decl.array_bounds {
-        ab.push(usize::try_from(b).map_err(|_| err(format!("array bound {b} is not a valid bound")))?);
-    }
-    Ok((kb, ab))
-}
+pub use crate::reference::input_bounds as bounds;
 
 /// Check an in-memory relation against its declaration (the thread runtime's check).
 pub fn check_memory<T: Elem>(name: &str, decl: &InputDecl, rel: &TRelation<T>) -> Result<(), InterpError> {
-    let err = |message: String| InterpError::BadInput { input: name.to_string(), message };
-    let (key_bounds, array_bounds) = bounds(name, decl)?;
-    for w in rel.tuples.windows(2) {
-        if w[0].0 >= w[1].0 {
-            return Err(err(format!("keys {:?} and {:?} are not unique and sorted", w[0].0, w[1].0)));
-        }
-    }
-    for (k, b) in &rel.tuples {
-        if k.len() != key_bounds.len() {
-            return Err(err(format!("key {k:?} has {} components, declared {}", k.len(), key_bounds.len())));
-        }
-        if let Some(d) = (0..k.len()).find(|&d| k[d] >= key_bounds[d]) {
-            return Err(err(format!("key {k:?}: component {d} is not below its bound {}", key_bounds[d])));
-        }
-        if b.shape() != array_bounds.as_slice() {
-            return Err(err(format!("key {k:?}: block shape {:?}, declared {array_bounds:?}", b.shape())));
-        }
-    }
-    Ok(())
+    check_input_tuples(name, decl, rel.tuples.iter().map(|(k, b)| (k, b.shape())))
 }
 
 /// An open `.npy` file holding a relation, for positioned block reads.

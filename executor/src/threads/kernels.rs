@@ -27,6 +27,7 @@
 
 use super::elem::Elem;
 use super::pool::{Block, Pool};
+use crate::kernels::concat_shape;
 use tra_optimizer::kernel::{KernelError, KernelRef};
 
 /// Elements per chunk of an elementwise program.
@@ -888,34 +889,9 @@ pub fn concat_pieces<T: Elem>(
     array_dim: usize,
     count: u32,
 ) -> Result<Block<T>, KernelError> {
-    let Some(&(_, first)) = pieces.first() else {
-        return Err(KernelError::BadUse("concat: no pieces, so no piece shape".into()));
-    };
-    let shape = first.shape();
-    if array_dim >= shape.len() {
-        return Err(KernelError::BadShape(format!(
-            "concat: array dim {array_dim} is out of range for pieces of shape {shape:?}"
-        )));
-    }
-    let mut seen: Vec<u32> = Vec::with_capacity(pieces.len());
-    for &(i, p) in pieces {
-        if p.shape() != shape {
-            return Err(KernelError::BadShape(format!("concat: piece shapes differ: {shape:?} and {:?}", p.shape())));
-        }
-        if i >= count {
-            return Err(KernelError::BadUse(format!("concat: piece index {i} is not below the count {count}")));
-        }
-        seen.push(i);
-    }
-    seen.sort_unstable();
-    if let Some(w) = seen.windows(2).find(|w| w[0] == w[1]) {
-        return Err(KernelError::BadUse(format!("concat: two pieces have index {}", w[0])));
-    }
+    let out_shape = concat_shape(pieces.iter().map(|&(i, p)| (i, p.shape())), array_dim, count)?;
+    let shape = pieces[0].1.shape();
     let piece = shape[array_dim];
-    let mut out_shape = shape.to_vec();
-    out_shape[array_dim] = piece.checked_mul(count as usize).ok_or_else(|| {
-        KernelError::BadShape(format!("concat: {count} pieces of bound {piece} overflow array dim {array_dim}"))
-    })?;
     let mut out = pool.take(&out_shape);
     if pieces.len() < count as usize {
         out.as_mut_slice().fill(T::ZERO);

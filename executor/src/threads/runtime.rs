@@ -26,25 +26,24 @@
 //! (`C += A·B`), without materialising the products.
 
 use super::elem::Elem;
-use super::kernels::{concat_pieces, fold, matmul_into_par, FastKernel, MatMulKind};
-use super::pool::{Block, Pool, PoolStats, SharedBlock};
-use crate::reference::{AnyLayout, InterpError};
+use super::kernels::{FastKernel, MatMulKind};
+use super::pool::{Pool, PoolStats, SharedBlock};
+use crate::reference::{check_input_tuples, evaluation_order, AnyLayout, InterpError};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use rayon::prelude::*;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Instant;
-use tra_optimizer::kernel::{KernelError, KernelRef};
-use tra_optimizer::keyexpr::{Key, KeyFn};
+use tra_optimizer::kernel::KernelRef;
+use tra_optimizer::keyexpr::Key;
 use tra_optimizer::placement::site_of;
-use tra_optimizer::program::{topo_order, IaOp, InputDecl, Operator, PlacementDecl, Plan};
+use tra_optimizer::program::{topo_order, IaOp, Operator, PlacementDecl, Plan};
 
 use super::local::{
-    bad, concat_count, concat_kernel, eval_key, filter, is_mat_add, join_pairs, kernel_err, project,
-    Res,
+    agg_blocks, agg_groups, bad, concat_count, concat_kernel, filter, is_mat_add, join_blocks, join_pairs, map,
+    matmul_groups, project, Exec, Groups, Member, Res,
 };
 
 /// A tuple: key and shared block.
@@ -297,7 +296,7 @@ impl<T: Elem> ThreadRuntime<T> {
         let mut slots: Vec<Slot<T>> = Vec::new();
         for (name, decl) in &plan.inputs {
             let rel = inputs.get(name).ok_or_else(|| InterpError::MissingInput(name.clone()))?;
-            check_input(name, decl, rel)?;
+            check_input_tuples(name, decl, rel.tuples.iter().map(|(k, b)| (k, b.shape())))?;
             let (own, every) = place(name, rel, &decl.placement, sites, opts.layout)?;
             let slot = Slot::new(sites);
             for (s, list) in own.into_iter().enumerate() {
@@ -308,14 +307,7 @@ impl<T: Elem> ThreadRuntime<T> {
             names.push(name.clone());
             slots.push(slot);
         }
-        let order = topo_order(&plan.nodes).map_err(|e| {
-            let at = if e.at.is_empty() { "?".to_string() } else { e.at.clone() };
-            let message = e.message.strip_prefix(&format!("node {at}: ")).unwrap_or(&e.message).to_string();
-            bad(&at, message)
-        })?;
-        if let Some(name) = plan.nodes.keys().find(|n| plan.inputs.contains_key(*n)) {
-            return Err(bad(name, "the name is also an input's"));
-        }
+        let order = evaluation_order(topo_order(&plan.nodes), plan.nodes.keys(), |n| plan.inputs.contains_key(n))?;
         for name in &order {
             index.insert(name.clone(), slots.len());
             names.push(name.clone());
@@ -696,10 +688,9 @@ impl<'a, T: Elem> Ctx<'a, T> {
         (0..self.sites).any(|s| !self.own(slot, s).is_empty())
     }
 
-    fn count_flops(&self, k: &FastKernel, shapes: &[&[usize]]) {
-        if let Some(p) = &self.progress {
-            p.flops_done.fetch_add(k.kernel().flops(shapes), Ordering::Relaxed);
-        }
+    /// Where this run's kernels run, counting their flops into the progress.
+    fn exec(&self) -> Exec<'_, T> {
+        Exec { pool: self.pool, workers: self.workers, flops: self.progress.as_ref().map(|p| &p.flops_done) }
     }
 
     fn site_main(&self, s: usize) {
@@ -864,20 +855,20 @@ impl<'a, T: Elem> Ctx<'a, T> {
             }
             IaOp::LocalMap { key, .. } => {
                 let x = step.args[0];
-                let own = self.map(node, key.as_ref(), step.kernel.as_ref(), &self.own(x, s))?;
+                let own = map(self.exec(), node, key.as_ref(), step.kernel.as_ref(), &self.own(x, s))?;
                 self.store(i, s, own);
-                self.every_once(i, || self.map(node, key.as_ref(), step.kernel.as_ref(), &self.every(x)))
+                self.every_once(i, || map(self.exec(), node, key.as_ref(), step.kernel.as_ref(), &self.every(x)))
             }
             IaOp::LocalJoin { left_keys, right_keys, .. } => {
                 let (l, r) = (step.args[0], step.args[1]);
                 let k = step.kernel.as_ref().expect("join kernel");
                 let (lo, le, ro, re) = (self.own(l, s), self.every(l), self.own(r, s), self.every(r));
                 let pairs = join_pairs(node, left_keys, right_keys, &lo, &le, &ro, &re, false)?;
-                let own = self.join_blocks(node, k, pairs)?;
+                let own = join_blocks(self.exec(), node, k, pairs)?;
                 self.store(i, s, own);
                 self.every_once(i, || {
                     let pairs = join_pairs(node, left_keys, right_keys, &[], &le, &[], &re, true)?;
-                    self.join_blocks(node, k, pairs)
+                    join_blocks(self.exec(), node, k, pairs)
                 })
             }
             IaOp::LocalAggregate { group_by, kernel, .. } => {
@@ -909,11 +900,11 @@ impl<'a, T: Elem> Ctx<'a, T> {
                 let every_items: Vec<(&Key, bool, &SharedBlock<T>)> =
                     every.iter().map(|t| (&t.0, true, &t.1)).collect();
                 let groups = agg_groups(node, group_by, &own_items, &every_items, aux.at_groups.as_ref(), false)?;
-                let out = self.agg_blocks(node, k, concat, aux.concat_count, groups)?;
+                let out = agg_blocks(self.exec(), node, k, concat, aux.concat_count, groups)?;
                 self.store(i, s, out);
                 self.every_once(i, || {
                     let groups = agg_groups(node, group_by, &[], &every_items, aux.at_groups.as_ref(), true)?;
-                    self.agg_blocks(node, k, concat, aux.concat_count, groups)
+                    agg_blocks(self.exec(), node, k, concat, aux.concat_count, groups)
                 })
             }
             IaOp::Broadcast { .. } | IaOp::Shuffle { .. } => unreachable!("exchanges are not local"),
@@ -929,132 +920,6 @@ impl<'a, T: Elem> Ctx<'a, T> {
         let a = Arc::new(f()?);
         *g = Some(a.clone());
         Ok(a)
-    }
-
-    fn map(
-        &self,
-        node: &str,
-        key: Option<&KeyFn>,
-        kernel: Option<&FastKernel>,
-        input: &[Tuple<T>],
-    ) -> Res<Vec<Tuple<T>>> {
-        let results: Vec<Res<Vec<Tuple<T>>>> = self.workers.install(|| {
-            input
-                .par_iter()
-                .map(|t| {
-                    let keys = match key {
-                        Some(f) => eval_key(node, f, &t.0)?,
-                        None => vec![t.0.clone()],
-                    };
-                    let blocks: Vec<SharedBlock<T>> = match kernel {
-                        Some(k) => {
-                            let out = k.apply(self.pool, &[&t.1]).map_err(|e| kernel_err(node, k.kernel(), e))?;
-                            self.count_flops(k, &[t.1.shape()]);
-                            out.into_iter().map(Arc::new).collect()
-                        }
-                        None => vec![t.1.clone()],
-                    };
-                    if blocks.len() == keys.len() {
-                        Ok(keys.into_iter().zip(blocks).collect())
-                    } else if blocks.len() == 1 {
-                        Ok(keys.into_iter().map(|k| (k, blocks[0].clone())).collect())
-                    } else {
-                        Err(bad(
-                            node,
-                            format!(
-                                "local_map on key {:?}: the key expression gives {} keys but the kernel gives {} blocks \
-                                 (expected as many blocks as keys, or one block)",
-                                t.0,
-                                keys.len(),
-                                blocks.len()
-                            ),
-                        ))
-                    }
-                })
-                .collect()
-        });
-        let mut out = Vec::new();
-        for r in results {
-            out.extend(r?);
-        }
-        out.sort_by(|a, b| a.0.cmp(&b.0));
-        Ok(out)
-    }
-
-    fn join_blocks(&self, node: &str, k: &FastKernel, pairs: Vec<(Key, &Tuple<T>, &Tuple<T>)>) -> Res<Vec<Tuple<T>>> {
-        let results: Vec<Res<Tuple<T>>> = self.workers.install(|| {
-            pairs
-                .into_par_iter()
-                .map(|(key, l, r)| {
-                    let mut out = k.apply(self.pool, &[&l.1, &r.1]).map_err(|e| kernel_err(node, k.kernel(), e))?;
-                    if out.len() != 1 {
-                        return Err(bad(
-                            node,
-                            format!("kernel {} gave {} blocks, expected exactly one", k.kernel(), out.len()),
-                        ));
-                    }
-                    self.count_flops(k, &[l.1.shape(), r.1.shape()]);
-                    Ok((key, Arc::new(out.pop().expect("one block"))))
-                })
-                .collect()
-        });
-        let mut out = results.into_iter().collect::<Res<Vec<_>>>()?;
-        out.sort_by(|a, b| a.0.cmp(&b.0));
-        Ok(out)
-    }
-
-    fn agg_blocks(
-        &self,
-        node: &str,
-        k: &FastKernel,
-        concat: Option<(usize, usize)>,
-        count: u32,
-        groups: Groups<'_, &SharedBlock<T>>,
-    ) -> Res<Vec<Tuple<T>>> {
-        self.workers.install(|| {
-            groups
-                .into_par_iter()
-                .map(|(g, members)| {
-                    let block = match concat {
-                        Some((key_dim, array_dim)) => {
-                            let mut pieces: Vec<(u32, &Block<T>)> = Vec::with_capacity(members.len());
-                            for (key, _, b) in &members {
-                                pieces.push((project(node, key, &[key_dim])?[0], b));
-                            }
-                            pieces.sort_by_key(|(i, _)| *i);
-                            Arc::new(
-                                concat_pieces(self.pool, &pieces, array_dim, count)
-                                    .map_err(|e| kernel_err(node, k.kernel(), e))?,
-                            )
-                        }
-                        None if members.len() == 1 => {
-                            // A group of one block is that block: share it.
-                            k.kernel().check().map_err(|e| kernel_err(node, k.kernel(), e))?;
-                            if k.kernel().arity() != 2 {
-                                let e = KernelError::BadUse(format!(
-                                    "fold needs a binary kernel, {} takes {} operand(s)",
-                                    k.kernel(),
-                                    k.kernel().arity()
-                                ));
-                                return Err(kernel_err(node, k.kernel(), e));
-                            }
-                            members[0].2.clone()
-                        }
-                        None => {
-                            let blocks: Vec<&Block<T>> = members.iter().map(|m| &**m.2).collect();
-                            let out = fold(k, self.pool, &blocks).map_err(|e| kernel_err(node, k.kernel(), e))?;
-                            if self.progress.is_some() {
-                                for _ in 1..blocks.len() {
-                                    self.count_flops(k, &[blocks[0].shape(), blocks[0].shape()]);
-                                }
-                            }
-                            Arc::new(out)
-                        }
-                    };
-                    Ok((g, block))
-                })
-                .collect()
-        })
     }
 
     /// `local_aggregate(g, matAdd, local_join(lk, rk, matMul…, L, R))` in one
@@ -1113,48 +978,7 @@ impl<'a, T: Elem> Ctx<'a, T> {
         // site has fewer output blocks than kernel threads is a product split.
         let threads = self.workers.current_num_threads();
         let split = if groups.is_empty() || groups.len() >= threads { 1 } else { threads / groups.len() };
-        self.workers.install(|| {
-            groups
-                .into_par_iter()
-                .map(|(g, members)| {
-                    let mut shape: Option<Vec<usize>> = None;
-                    for (_, _, (a, b)) in &members {
-                        let sh = jk
-                            .kernel()
-                            .output_shape(&[a.1.shape(), b.1.shape()])
-                            .map_err(|e| kernel_err(jname, jk.kernel(), e))?;
-                        match &shape {
-                            None => shape = Some(sh),
-                            Some(first) if *first != sh => {
-                                let e = agg_kernel.output_shape(&[first, &sh]).err().unwrap_or_else(|| {
-                                    KernelError::BadShape(format!(
-                                        "matAdd: operand shapes differ: {first:?} and {sh:?}"
-                                    ))
-                                });
-                                return Err(kernel_err(node, agg_kernel, e));
-                            }
-                            _ => {}
-                        }
-                    }
-                    let shape = shape.expect("a group has members");
-                    let mut out = self.pool.take(&shape);
-                    for (n, (_, _, (a, b))) in members.iter().enumerate() {
-                        matmul_into_par(
-                            kind,
-                            out.as_mut_slice(),
-                            a.1.as_slice(),
-                            a.1.shape(),
-                            b.1.as_slice(),
-                            b.1.shape(),
-                            n > 0,
-                            split,
-                        );
-                        self.count_flops(jk, &[a.1.shape(), b.1.shape()]);
-                    }
-                    Ok((g, Arc::new(out)))
-                })
-                .collect()
-        })
+        matmul_groups(self.exec(), node, jname, agg_kernel, jk, kind, groups, split)
     }
 }
 
@@ -1166,74 +990,6 @@ fn floats<T: Elem>(list: &[Tuple<T>]) -> u64 {
 // Operator helpers (the reference's, on shared blocks).
 
 
-
-/// A tuple in an aggregation group: its key, whether it is replicated, its payload.
-type Member<'a, P> = (&'a Key, bool, P);
-
-/// Aggregation groups: group key and members.
-type Groups<'a, P> = Vec<(Key, Vec<Member<'a, P>>)>;
-
-/// The groups a local aggregation folds on one site (`every = false`: the
-/// site's tuples with the replicated tuples of groups that have site tuples
-/// somewhere) or once for all sites (`every = true`: groups with replicated
-/// tuples only). Members in (key, site) order; groups in key order.
-fn agg_groups<'a, P: Copy>(
-    node: &str,
-    group_by: &[usize],
-    own: &[Member<'a, P>],
-    every: &[Member<'a, P>],
-    at_groups: Option<&HashSet<Key>>,
-    every_part: bool,
-) -> Res<Vec<(Key, Vec<Member<'a, P>>)>> {
-    let mut groups: BTreeMap<Key, Vec<Member<'a, P>>> = BTreeMap::new();
-    if !every_part {
-        for m in own {
-            groups.entry(project(node, m.0, group_by)?).or_default().push(*m);
-        }
-    }
-    for m in every {
-        let g = project(node, m.0, group_by)?;
-        let has_site_tuples = at_groups.is_some_and(|set| set.contains(&g));
-        if has_site_tuples != every_part {
-            groups.entry(g).or_default().push(*m);
-        }
-    }
-    let mut out: Vec<(Key, Vec<Member<'a, P>>)> = groups.into_iter().collect();
-    for (_, members) in out.iter_mut() {
-        members.sort_by(|a, b| a.0.cmp(b.0).then(a.1.cmp(&b.1)));
-    }
-    Ok(out)
-}
-
-/// Input data must match its declaration (the reference's check).
-fn check_input<T: Elem>(name: &str, decl: &InputDecl, rel: &TRelation<T>) -> Res<()> {
-    let err = |message: String| InterpError::BadInput { input: name.to_string(), message };
-    let mut key_bounds = Vec::with_capacity(decl.key_bounds.len());
-    for &b in &decl.key_bounds {
-        key_bounds.push(u32::try_from(b).map_err(|_| err(format!("key bound {b} is not a valid bound")))?);
-    }
-    let mut array_bounds = Vec::with_capacity(decl.array_bounds.len());
-    for &b in &decl.array_bounds {
-        array_bounds.push(usize::try_from(b).map_err(|_| err(format!("array bound {b} is not a valid bound")))?);
-    }
-    for w in rel.tuples.windows(2) {
-        if w[0].0 >= w[1].0 {
-            return Err(err(format!("keys {:?} and {:?} are not unique and sorted", w[0].0, w[1].0)));
-        }
-    }
-    for (k, b) in &rel.tuples {
-        if k.len() != key_bounds.len() {
-            return Err(err(format!("key {k:?} has {} components, declared {}", k.len(), key_bounds.len())));
-        }
-        if let Some(d) = (0..k.len()).find(|&d| k[d] >= key_bounds[d]) {
-            return Err(err(format!("key {k:?}: component {d} is not below its bound {}", key_bounds[d])));
-        }
-        if b.shape() != array_bounds.as_slice() {
-            return Err(err(format!("key {k:?}: block shape {:?}, declared {array_bounds:?}", b.shape())));
-        }
-    }
-    Ok(())
-}
 
 /// Place an input: `(each site's tuples, replicated tuples)`, as the
 /// reference's `place`.
