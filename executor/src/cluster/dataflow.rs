@@ -914,68 +914,85 @@ fn build<'s, T: Elem>(
     });
 }
 
-fn shuffle<'s, T: Elem>(p: &Arc<Proc<T>>, me: usize, i: usize, input: S<'s, T>, dims: Vec<usize>, report: &Report) -> S<'s, T> {
-    let sites = p.sites;
-    let (r1, r2) = (report.clone(), report.clone());
-    let p2 = p.clone();
-    let name = p.prep.steps[i].name.clone();
-    let routed = input.unary::<CB<T>, _, _, _>(Pipeline, &format!("{name}: route"), move |_, _| {
-        let mut failed = false;
+/// The sending side of an exchange: every item of `input` goes on as `send`
+/// says (it gives the items to send and returns the floats that counts as
+/// moved); the step's moved floats and busy time are noted batch by batch.
+fn send_on<'s, T: Elem>(
+    input: S<'s, T>,
+    name: &str,
+    i: usize,
+    report: Report,
+    mut send: impl FnMut(Item<T>, &mut dyn FnMut(Item<T>)) -> u64 + 'static,
+) -> S<'s, T> {
+    input.unary::<CB<T>, _, _, _>(Pipeline, &format!("{name}: route"), move |_, _| {
         move |input, output| {
             input.for_each(|cap, data| {
                 let t0 = Instant::now();
                 let mut session = output.session(&cap);
                 let mut moved = 0u64;
                 for it in data.take_items() {
-                    match it.body {
-                        Body::Tuple(k, b) => {
-                            if let Err(e) = project(&name, &k, &dims) {
-                                if !failed {
-                                    record_error(&r1, stage(i), me, &e);
-                                    failed = true;
-                                }
-                                continue;
-                            }
-                            moved += b.len() as u64;
-                            session.give(Item::tuple(site_of(&k, &dims, sites), me as u32, k, b));
-                        }
-                        Body::Every(list) => {
-                            for (k, b) in list.iter() {
-                                if let Err(e) = project(&name, k, &dims) {
-                                    if !failed {
-                                        record_error(&r1, stage(i), me, &e);
-                                        failed = true;
-                                    }
-                                    break;
-                                }
-                                if site_of(k, &dims, sites) == me {
-                                    moved += b.len() as u64;
-                                    session.give(Item::tuple(me, EVERY_TAG, k.clone(), b.clone()));
-                                }
-                            }
-                        }
-                        Body::EveryTuple(k, b) => match project(&name, &k, &dims) {
-                            Err(e) => {
-                                if !failed {
-                                    record_error(&r1, stage(i), me, &e);
-                                    failed = true;
-                                }
-                            }
-                            Ok(_) => {
-                                if site_of(&k, &dims, sites) == me {
-                                    moved += b.len() as u64;
-                                    session.give(Item::tuple(me, EVERY_TAG, k, b));
-                                }
-                            }
-                        },
-                        Body::Meta(_) => {}
-                    }
+                    moved += send(it, &mut |item| session.give(item));
                 }
-                let mut r = r1.borrow_mut();
+                let mut r = report.borrow_mut();
                 r.steps[i].moved += moved;
                 r.steps[i].busy_ns += t0.elapsed().as_nanos() as u64;
             });
         }
+    })
+}
+
+fn shuffle<'s, T: Elem>(p: &Arc<Proc<T>>, me: usize, i: usize, input: S<'s, T>, dims: Vec<usize>, report: &Report) -> S<'s, T> {
+    let sites = p.sites;
+    let (r1, r2) = (report.clone(), report.clone());
+    let p2 = p.clone();
+    let name = p.prep.steps[i].name.clone();
+    let mut failed = false;
+    let routed = send_on(input, &p.prep.steps[i].name, i, report.clone(), move |it, give| {
+        let mut moved = 0u64;
+        match it.body {
+            Body::Tuple(k, b) => {
+                if let Err(e) = project(&name, &k, &dims) {
+                    if !failed {
+                        record_error(&r1, stage(i), me, &e);
+                        failed = true;
+                    }
+                    return 0;
+                }
+                moved += b.len() as u64;
+                give(Item::tuple(site_of(&k, &dims, sites), me as u32, k, b));
+            }
+            Body::Every(list) => {
+                for (k, b) in list.iter() {
+                    if let Err(e) = project(&name, k, &dims) {
+                        if !failed {
+                            record_error(&r1, stage(i), me, &e);
+                            failed = true;
+                        }
+                        break;
+                    }
+                    if site_of(k, &dims, sites) == me {
+                        moved += b.len() as u64;
+                        give(Item::tuple(me, EVERY_TAG, k.clone(), b.clone()));
+                    }
+                }
+            }
+            Body::EveryTuple(k, b) => match project(&name, &k, &dims) {
+                Err(e) => {
+                    if !failed {
+                        record_error(&r1, stage(i), me, &e);
+                        failed = true;
+                    }
+                }
+                Ok(_) => {
+                    if site_of(&k, &dims, sites) == me {
+                        moved += b.len() as u64;
+                        give(Item::tuple(me, EVERY_TAG, k, b));
+                    }
+                }
+            },
+            Body::Meta(_) => {}
+        }
+        moved
     });
     arrive_sorted(p2, me, i, routed, r2)
 }
@@ -1024,46 +1041,29 @@ fn arrive<'s, T: Elem>(p: Arc<Proc<T>>, i: usize, routed: S<'s, T>, report: Repo
 
 fn broadcast<'s, T: Elem>(p: &Arc<Proc<T>>, me: usize, i: usize, input: S<'s, T>, report: &Report) -> S<'s, T> {
     let (sites, workers, processes) = (p.sites, p.workers, p.processes);
-    let r1 = report.clone();
     let name = p.prep.steps[i].name.clone();
-    let routed = input.unary::<CB<T>, _, _, _>(Pipeline, &format!("{name}: route"), move |_, _| {
-        move |input, output| {
-            input.for_each(|cap, data| {
-                let t0 = Instant::now();
-                let mut session = output.session(&cap);
-                let mut moved = 0u64;
-                for it in data.take_items() {
-                    match it.body {
-                        Body::Tuple(k, b) => {
-                            moved += sites as u64 * b.len() as u64;
-                            for q in 0..processes {
-                                session.give(Item::tuple(q * workers, me as u32, k.clone(), b.clone()));
-                            }
-                        }
-                        Body::Every(list) => {
-                            if me == 0 {
-                                moved += sites as u64 * list.iter().map(|t| t.1.len() as u64).sum::<u64>();
-                            }
-                            if me.is_multiple_of(workers) {
-                                session.give(Item::every(me, list));
-                            }
-                        }
-                        Body::EveryTuple(k, b) => {
-                            if me == 0 {
-                                moved += sites as u64 * b.len() as u64;
-                            }
-                            if me.is_multiple_of(workers) {
-                                session.give(Item { dest: me as u32, tag: EVERY_TAG, body: Body::EveryTuple(k, b) });
-                            }
-                        }
-                        Body::Meta(_) => {}
-                    }
-                }
-                let mut r = r1.borrow_mut();
-                r.steps[i].moved += moved;
-                r.steps[i].busy_ns += t0.elapsed().as_nanos() as u64;
-            });
+    let routed = send_on(input, &name, i, report.clone(), move |it, give| match it.body {
+        Body::Tuple(k, b) => {
+            for q in 0..processes {
+                give(Item::tuple(q * workers, me as u32, k.clone(), b.clone()));
+            }
+            sites as u64 * b.len() as u64
         }
+        Body::Every(list) => {
+            let moved = if me == 0 { sites as u64 * list.iter().map(|t| t.1.len() as u64).sum::<u64>() } else { 0 };
+            if me.is_multiple_of(workers) {
+                give(Item::every(me, list));
+            }
+            moved
+        }
+        Body::EveryTuple(k, b) => {
+            let moved = if me == 0 { sites as u64 * b.len() as u64 } else { 0 };
+            if me.is_multiple_of(workers) {
+                give(Item { dest: me as u32, tag: EVERY_TAG, body: Body::EveryTuple(k, b) });
+            }
+            moved
+        }
+        Body::Meta(_) => 0,
     });
     // The leader of each process passes every tuple on to the workers of its
     // process as it comes (one copy per process: the workers share the
