@@ -82,7 +82,7 @@ def main():
     ap.add_argument("--hosts", required=True)
     ap.add_argument("--work", required=True)
     ap.add_argument("--rate", default="?")
-    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--block", type=int, default=256)
     ap.add_argument("--out")
     args = ap.parse_args()
@@ -111,8 +111,12 @@ def main():
             configs[name] = path
         times = {c: [] for c in configs}
         info = {}
+        names = list(configs)
         for rep in range(args.reps):
-            for c, plan in configs.items():
+            # Each rep starts with another plan, so that no plan always runs
+            # first (after the previous shape's files) or right after the same one.
+            for c in names[rep % len(names):] + names[:rep % len(names)]:
+                plan = configs[c]
                 cmd = [args.tra, "run", pp, "--hosts", args.hosts, "--input", f"X={xp}", "--input", f"Y={yp}",
                        "--output", f"Z={zp}", "--dense"]
                 if plan:

@@ -11,14 +11,14 @@
 #
 # Needs root, and `ip`/`tc` from iproute2 (installed with apt-get if missing).
 #
-#   sudo bench/cluster/netbench.sh [--rate 100mbit] [--processes 3] [--reps 3]
+#   sudo bench/cluster/netbench.sh [--rate 100mbit] [--processes 3] [--reps 5]
 #                                  [--block 256] [--tra PATH] [--out FILE.json]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
 RATE=100mbit
 N=3
-REPS=3
+REPS=5
 BLOCK=256
 TRA=""
 OUT=bench/cluster/netbench-results.json
