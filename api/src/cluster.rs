@@ -10,15 +10,12 @@
 //!
 //! The executor side is `tra_executor::cluster`.
 
-use crate::run::{pairs, read_program, report, RunArgs};
-use std::collections::BTreeMap;
+use crate::run::{read_program, report, RunArgs};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use tra_executor::cluster::agent;
 use tra_executor::cluster::job::{JobReport, JobSpec, LayoutSpec};
 use tra_executor::cluster::supervise::{self, Launcher};
-use tra_executor::npy;
-use tra_executor::threads::Dtype;
 use tra_optimizer::check::check_plan;
 use tra_optimizer::cost::{plan_report, Weights};
 use tra_optimizer::optimize::{optimize, Limits, OptimizeError};
@@ -126,37 +123,7 @@ pub fn run_cluster_command(args: &RunArgs, cluster: &ClusterArgs) -> Result<Stri
     let sites = processes * workers;
     let mut p = read_program(&args.file)?;
     p.cluster = Some(Cluster { sites, ..p.cluster() });
-    let input_names: Vec<String> = p.inputs.keys().cloned().collect();
-    let inputs = pairs("input", &args.inputs, &input_names, "input")?;
-    if let Some(missing) = input_names.iter().find(|n| !inputs.contains_key(*n)) {
-        return Err(format!(
-            "input `{missing}` has no data: pass --input {missing}=FILE.npy (the program's inputs: {})",
-            input_names.join(", ")
-        ));
-    }
-    let outputs = pairs("output", &args.outputs, &p.outputs, "output")?;
-    // The element type: --dtype, or the inputs' (they must agree).
-    let mut dtypes: BTreeMap<String, Dtype> = BTreeMap::new();
-    for (name, path) in &inputs {
-        let h = npy::read_file_header(path).map_err(|e| format!("input `{name}`: {e}"))?;
-        let d = h.dtype.float.ok_or_else(|| {
-            format!("input `{name}`: {}: holds {} values; tra reads float32 or float64", path.display(), h.dtype.numpy_name())
-        })?;
-        dtypes.insert(name.clone(), d);
-    }
-    let dtype = match &args.dtype {
-        Some(d) => Dtype::parse(d).ok_or_else(|| format!("--dtype {d}: expected f32 or f64"))?,
-        None => {
-            let mut distinct: Vec<Dtype> = dtypes.values().copied().collect();
-            distinct.sort_by_key(|d| d.size());
-            distinct.dedup();
-            match distinct.as_slice() {
-                [] => Dtype::F64,
-                [d] => *d,
-                _ => return Err("the inputs have different dtypes: pass --dtype f32 or --dtype f64 to convert them".into()),
-            }
-        }
-    };
+    let (inputs, outputs, dtype) = crate::run::files_and_dtype(&p, args)?;
 
     let t_opt = Instant::now();
     let answer = optimize(&p, &tra_rules::all(), &Limits::default()).map_err(|e| match e {

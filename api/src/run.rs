@@ -104,16 +104,16 @@ pub fn peak_rss_bytes() -> Option<u64> {
     Some(kb * 1024)
 }
 
-/// Run `tra run`; the answer is the JSON summary (pretty-printed).
-pub fn run_command(args: RunArgs) -> Result<String, String> {
-    let t_start = Instant::now();
-    let mut p = read_program(&args.file)?;
-    if let Some(s) = args.sites {
-        if s == 0 {
-            return Err("--sites must be at least 1".into());
-        }
-        p.cluster = Some(Cluster { sites: s, ..p.cluster() });
-    }
+/// The `--input` and `--output` files of a run, checked against the
+/// program (every input given, no unknown name, each input a float `.npy`),
+/// and the element type to compute in: `--dtype`, or the inputs' own (they
+/// must agree). Headers are read first, so that a missing or wrong file fails
+/// before any work.
+#[allow(clippy::type_complexity)]
+pub fn files_and_dtype(
+    p: &Program,
+    args: &RunArgs,
+) -> Result<(BTreeMap<String, PathBuf>, BTreeMap<String, PathBuf>, Dtype), String> {
     let input_names: Vec<String> = p.inputs.keys().cloned().collect();
     let inputs = pairs("input", &args.inputs, &input_names, "input")?;
     if let Some(missing) = input_names.iter().find(|n| !inputs.contains_key(*n)) {
@@ -123,7 +123,6 @@ pub fn run_command(args: RunArgs) -> Result<String, String> {
         ));
     }
     let outputs = pairs("output", &args.outputs, &p.outputs, "output")?;
-    // Headers first, so that a missing or wrong file fails before any work.
     let mut dtypes: BTreeMap<String, Dtype> = BTreeMap::new();
     for (name, path) in &inputs {
         let h = npy::read_file_header(path).map_err(|e| format!("input `{name}`: {e}"))?;
@@ -158,6 +157,20 @@ pub fn run_command(args: RunArgs) -> Result<String, String> {
             }
         }
     };
+    Ok((inputs, outputs, dtype))
+}
+
+/// Run `tra run`; the answer is the JSON summary (pretty-printed).
+pub fn run_command(args: RunArgs) -> Result<String, String> {
+    let t_start = Instant::now();
+    let mut p = read_program(&args.file)?;
+    if let Some(s) = args.sites {
+        if s == 0 {
+            return Err("--sites must be at least 1".into());
+        }
+        p.cluster = Some(Cluster { sites: s, ..p.cluster() });
+    }
+    let (inputs, outputs, dtype) = files_and_dtype(&p, &args)?;
 
     let t_opt = Instant::now();
     let answer = optimize(&p, &tra_rules::all(), &Limits::default()).map_err(|e| match e {

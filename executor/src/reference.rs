@@ -271,7 +271,7 @@ impl InterpError {
 
 type Res<T> = Result<T, InterpError>;
 
-fn bad(node: &str, message: impl Into<String>) -> InterpError {
+pub(crate) fn bad(node: &str, message: impl Into<String>) -> InterpError {
     InterpError::BadNode { node: node.to_string(), message: message.into() }
 }
 
@@ -518,7 +518,7 @@ pub fn compare(expected: &Relation, actual: &Relation, tol: f64) -> Result<(), S
 // ---------------------------------------------------------------------------
 
 /// `key` projected on `dims`, in that order.
-fn project(node: &str, key: &[u32], dims: &[usize]) -> Res<Key> {
+pub(crate) fn project(node: &str, key: &[u32], dims: &[usize]) -> Res<Key> {
     dims.iter()
         .map(|&d| {
             key.get(d).copied().ok_or_else(|| {
@@ -529,13 +529,13 @@ fn project(node: &str, key: &[u32], dims: &[usize]) -> Res<Key> {
 }
 
 /// Join output key: the left key, then the right key without the dims `rk`.
-fn join_key(left: &[u32], right: &[u32], rk: &[usize]) -> Key {
+pub(crate) fn join_key(left: &[u32], right: &[u32], rk: &[usize]) -> Key {
     let mut k = left.to_vec();
     k.extend(right.iter().enumerate().filter(|(i, _)| !rk.contains(i)).map(|(_, &c)| c));
     k
 }
 
-fn kernel_err(node: &str, kernel: &KernelRef, e: KernelError) -> InterpError {
+pub(crate) fn kernel_err(node: &str, kernel: &KernelRef, e: KernelError) -> InterpError {
     InterpError::Kernel { node: node.to_string(), kernel: kernel.to_string(), source: e }
 }
 
@@ -553,11 +553,11 @@ fn apply1(node: &str, kernel: &KernelRef, operands: &[&Block]) -> Res<Block> {
     Ok(out.pop().expect("one block"))
 }
 
-fn eval_key(node: &str, f: &KeyFn, key: &[u32]) -> Res<Vec<Key>> {
+pub(crate) fn eval_key(node: &str, f: &KeyFn, key: &[u32]) -> Res<Vec<Key>> {
     f.eval(key).map_err(|e| InterpError::KeyEval { node: node.to_string(), key: key.to_vec(), source: e })
 }
 
-fn eval_pred(node: &str, p: &Predicate, key: &[u32]) -> Res<bool> {
+pub(crate) fn eval_pred(node: &str, p: &Predicate, key: &[u32]) -> Res<bool> {
     p.eval(key).map_err(|e| InterpError::KeyEval { node: node.to_string(), key: key.to_vec(), source: e })
 }
 
@@ -569,7 +569,7 @@ fn check_join_dims(node: &str, lk: &[usize], rk: &[usize]) -> Res<()> {
 }
 
 /// `Some((key_dim, array_dim))` when the kernel is `concat(key_dim, array_dim)`.
-fn concat_kernel(node: &str, kernel: &KernelRef) -> Res<Option<(usize, usize)>> {
+pub(crate) fn concat_kernel(node: &str, kernel: &KernelRef) -> Res<Option<(usize, usize)>> {
     match kernel {
         KernelRef::Named { name, args } if name == "concat" => {
             let parsed: Vec<Option<usize>> = args.iter().map(|a| a.parse::<usize>().ok()).collect();
@@ -589,7 +589,7 @@ fn fold_blocks(node: &str, kernel: &KernelRef, blocks: &[&Block]) -> Res<Block> 
 }
 
 /// The piece count of a concat over a relation: max `key[key_dim]` + 1.
-fn concat_count<'a>(node: &str, keys: impl Iterator<Item = &'a Key>, key_dim: usize) -> Res<u32> {
+pub(crate) fn concat_count<'a>(node: &str, keys: impl Iterator<Item = &'a Key>, key_dim: usize) -> Res<u32> {
     let mut count = 0u32;
     for k in keys {
         let c = project(node, k, &[key_dim])?[0];

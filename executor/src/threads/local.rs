@@ -7,6 +7,9 @@
 use super::kernels::{concat_pieces, fold, matmul_into_par, FastKernel, MatMulKind};
 use super::{Block, Elem, Pool, SharedBlock, Tuple};
 use crate::reference::InterpError;
+pub(crate) use crate::reference::{
+    bad, concat_count, concat_kernel, eval_key, eval_pred, join_key, kernel_err, project,
+};
 use rayon::prelude::*;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -106,69 +109,6 @@ pub(crate) fn filter<T: Elem>(node: &str, p: &Predicate, input: &[Tuple<T>]) -> 
         }
     }
     Ok(out)
-}
-
-/// An error at a plan node.
-pub(crate) fn bad(node: &str, message: impl Into<String>) -> InterpError {
-    InterpError::BadNode { node: node.to_string(), message: message.into() }
-}
-
-/// A kernel's error at a plan node.
-pub(crate) fn kernel_err(node: &str, kernel: &KernelRef, e: KernelError) -> InterpError {
-    InterpError::Kernel { node: node.to_string(), kernel: kernel.to_string(), source: e }
-}
-
-/// A key projected on some of its dims (an error names the node).
-pub(crate) fn project(node: &str, key: &[u32], dims: &[usize]) -> Res<Key> {
-    dims.iter()
-        .map(|&d| {
-            key.get(d).copied().ok_or_else(|| {
-                bad(node, format!("key dim {d} does not exist: key {key:?} has {} components", key.len()))
-            })
-        })
-        .collect()
-}
-
-/// The key of a join's output tuple: the left key, then the right key's non-join dims.
-pub(crate) fn join_key(left: &[u32], right: &[u32], rk: &[usize]) -> Key {
-    let mut k = left.to_vec();
-    k.extend(right.iter().enumerate().filter(|(i, _)| !rk.contains(i)).map(|(_, &c)| c));
-    k
-}
-
-/// A key expression applied to a key (an error names the node).
-pub(crate) fn eval_key(node: &str, f: &KeyFn, key: &[u32]) -> Res<Vec<Key>> {
-    f.eval(key).map_err(|e| InterpError::KeyEval { node: node.to_string(), key: key.to_vec(), source: e })
-}
-
-/// A predicate on a key (an error names the node).
-pub(crate) fn eval_pred(node: &str, p: &Predicate, key: &[u32]) -> Res<bool> {
-    p.eval(key).map_err(|e| InterpError::KeyEval { node: node.to_string(), key: key.to_vec(), source: e })
-}
-
-/// `(key_dim, array_dim)` of a concat kernel, `None` for any other kernel.
-pub(crate) fn concat_kernel(node: &str, kernel: &KernelRef) -> Res<Option<(usize, usize)>> {
-    match kernel {
-        KernelRef::Named { name, args } if name == "concat" => {
-            let parsed: Vec<Option<usize>> = args.iter().map(|a| a.parse::<usize>().ok()).collect();
-            match parsed.as_slice() {
-                [Some(k), Some(a)] => Ok(Some((*k, *a))),
-                _ => Err(bad(node, format!("kernel {kernel}: concat takes two naturals (key_dim, array_dim)"))),
-            }
-        }
-        _ => Ok(None),
-    }
-}
-
-/// The piece count of a concat over these keys (max piece index + 1).
-pub(crate) fn concat_count<'a>(node: &str, keys: impl Iterator<Item = &'a Key>, key_dim: usize) -> Res<u32> {
-    let mut count = 0u32;
-    for k in keys {
-        let c = project(node, k, &[key_dim])?[0];
-        let c1 = c.checked_add(1).ok_or_else(|| bad(node, format!("concat: piece index {c} is too large")))?;
-        count = count.max(c1);
-    }
-    Ok(count)
 }
 
 /// A member of an aggregation group: its key, whether it is replicated, its payload.
