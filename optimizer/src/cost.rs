@@ -49,18 +49,22 @@ pub struct Weights {
     pub compute: f64,
 }
 
-impl Cost {
-    /// A cost from its parts.
-    pub fn new(network_floats: u64, flops: u64, w: Weights) -> Cost {
-        Cost { network_floats, flops, total: w.network * network_floats as f64 + w.compute * flops as f64 }
-    }
-    /// The sum of two costs.
-    pub fn add(self, o: Cost) -> Cost {
+/// The sum of two costs (counts saturate).
+impl std::ops::Add for Cost {
+    type Output = Cost;
+    fn add(self, o: Cost) -> Cost {
         Cost {
             network_floats: self.network_floats.saturating_add(o.network_floats),
             flops: self.flops.saturating_add(o.flops),
             total: self.total + o.total,
         }
+    }
+}
+
+impl Cost {
+    /// A cost from its parts.
+    pub fn new(network_floats: u64, flops: u64, w: Weights) -> Cost {
+        Cost { network_floats, flops, total: w.network * network_floats as f64 + w.compute * flops as f64 }
     }
     /// Total order used by extraction: total, then flops, then network floats.
     pub fn key(&self) -> (f64, u64, u64) {

@@ -339,7 +339,7 @@ fn check_class_values(eg: &mut TraEGraph, id: Id) {
 /// The e-graph type of tra.
 pub type TraEGraph = EGraph<Ia, TraAnalysis>;
 
-fn param<'a>(eg: &'a TraEGraph, id: Id) -> &'a Param {
+fn param(eg: &TraEGraph, id: Id) -> &Param {
     eg[id].data.param().unwrap_or_else(|| {
         panic!("rule {}: expected a parameter leaf, found {:?}", current_rule(), eg[id].data)
     })
@@ -386,7 +386,7 @@ fn l_of(eg: &TraEGraph, id: Id) -> &LogicalType {
         panic!("rule {}: an operand that must be logical (L) is {:?}", current_rule(), eg[id].data)
     })
 }
-fn complete_rel<'a>(eg: &'a TraEGraph, id: Id) -> &'a RelType {
+fn complete_rel(eg: &TraEGraph, id: Id) -> &RelType {
     let l = l_of(eg, id);
     assert!(l.complete, "rule {}: a TRA operator's operand is a partial aggregate", current_rule());
     &l.rel
@@ -616,10 +616,10 @@ impl ExtractedPlan {
                 aliases.push((o.clone(), r));
                 continue;
             }
-            if names.contains_key(&r) {
-                aliases.push((o.clone(), r));
+            if let std::collections::hash_map::Entry::Vacant(e) = names.entry(r) {
+                e.insert(o.clone());
             } else {
-                names.insert(r, o.clone());
+                aliases.push((o.clone(), r));
             }
         }
         let mut counter = 0usize;

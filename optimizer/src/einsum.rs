@@ -1076,7 +1076,7 @@ impl Search<'_, '_> {
                 let (cr, lr) = self.tree_cost(r);
                 let res = self.result(&ll, &lr, t.mask());
                 let c = self.pair_cost(&ll, &lr, &res);
-                (cl.add(cr).add(c), res)
+                (cl + cr + c, res)
             }
         }
     }
@@ -1104,7 +1104,7 @@ impl Search<'_, '_> {
                     let (cl, ll, tl) = best[&sub].clone();
                     let (cr, lr, tr) = best[&(mask & !sub)].clone();
                     let res = self.result(&ll, &lr, mask);
-                    let c = cl.add(cr).add(self.pair_cost(&ll, &lr, &res));
+                    let c = cl + cr + self.pair_cost(&ll, &lr, &res);
                     let better = match &chosen {
                         Some((b, _, _)) => c.lt(b),
                         None => true,
@@ -1184,7 +1184,7 @@ impl Emitter {
                 let (ops, kernel) = contraction_ops(s.a, (&xn, &xl), (&yn, &yl), &res, &join_name, &last);
                 let cost = self.total.is_some().then(|| s.pair_cost(&xl, &yl, &res));
                 if let (Some(t), Some(c)) = (self.total.as_mut(), cost) {
-                    *t = t.add(c);
+                    *t = *t + c;
                 }
                 self.steps.push(Step {
                     left: xn,
@@ -1209,7 +1209,7 @@ fn table1_cost(p: &Program, w: Weights) -> Option<Cost> {
     let sites = p.cluster().sites;
     let typed_plan = check_plan(&plan, sites).ok()?;
     let report = plan_report(&plan, &typed_plan, sites, w);
-    Some(report.values().fold(Cost::default(), |c, r| c.add(Cost::new(r.network_floats, r.flops, w))))
+    Some(report.values().fold(Cost::default(), |c, r| c + Cost::new(r.network_floats, r.flops, w)))
 }
 
 // ---------------------------------------------------------------------------

@@ -23,7 +23,7 @@ use std::rc::Rc;
 type CostSet = Rc<BTreeMap<Id, Cost>>;
 
 fn total(set: &BTreeMap<Id, Cost>) -> Cost {
-    set.values().fold(Cost::default(), |a, c| a.add(*c))
+    set.values().fold(Cost::default(), |a, c| a + *c)
 }
 
 /// The chosen node of every class that has an executable plan.
@@ -177,5 +177,5 @@ pub fn plan_cost(eg: &TraEGraph, plan: &ExtractedPlan, w: Weights) -> Cost {
         .iter()
         .zip(classes.iter())
         .map(|(n, c)| node_cost(eg, *c, &n.clone().map_children(|x| classes[usize::from(x)]), w).unwrap_or_default())
-        .fold(Cost::default(), |a, c| a.add(c))
+        .fold(Cost::default(), |a, c| a + c)
 }

@@ -392,7 +392,7 @@ impl Program {
 
     /// The s-expression form (see [`sexpr`]).
     pub fn to_sexpr(&self) -> String {
-        sexpr::render(&self.nodes, &self.outputs, |op| sexpr::tra_head(op))
+        sexpr::render(&self.nodes, &self.outputs, sexpr::tra_head)
     }
 }
 
@@ -413,7 +413,7 @@ impl Plan {
 
     /// The s-expression form (see [`sexpr`]).
     pub fn to_sexpr(&self) -> String {
-        sexpr::render(&self.nodes, &self.outputs, |op| sexpr::ia_head(op))
+        sexpr::render(&self.nodes, &self.outputs, sexpr::ia_head)
     }
 }
 

@@ -585,7 +585,7 @@ pub fn tile_as_map(x: &RelType, dim: usize, size: usize) -> TResult<(KeyFn, Kern
             format!("array dim {dim} is out of range for blocks of rank {}", x.array_bounds.len()),
         ));
     }
-    if size == 0 || x.array_bounds[dim] % size != 0 {
+    if size == 0 || !x.array_bounds[dim].is_multiple_of(size) {
         return Err(TypeError::new(
             ErrorCode::BadField,
             Some("size"),
@@ -802,10 +802,13 @@ pub fn local_aggregate(x: &PhysType, group_by: &[usize], kernel: &KernelRef, sit
     }
 }
 
+/// (relation, group_by, hashed dims, sites): what a partial-aggregate count depends on.
+type PartialCountKey = (RelType, Vec<usize>, Vec<usize>, usize);
+
 thread_local! {
     /// Partial-aggregate counts already computed: the e-graph types many
     /// aggregations of the same relation with the same placement.
-    static PARTIAL_COUNTS: std::cell::RefCell<std::collections::HashMap<(RelType, Vec<usize>, Vec<usize>, usize), u64>> =
+    static PARTIAL_COUNTS: std::cell::RefCell<std::collections::HashMap<PartialCountKey, u64>> =
         std::cell::RefCell::new(std::collections::HashMap::new());
 }
 

@@ -98,7 +98,7 @@ fn try_random_program<R: Rng>(rng: &mut R, opts: GenOptions) -> Option<Program> 
                     let keys: Vec<usize> = (0..a.frontier.len()).collect();
                     let k = *["matAdd", "elemMul", "matSub"].choose(rng).unwrap();
                     json!({"op": "join", "left": a.name, "right": b.name, "left_keys": keys, "right_keys": keys, "kernel": k})
-                } else if a.frontier.len() >= 1 && b.frontier.len() >= 1 && a.frontier[0] == b.frontier[0] && a.block == b.block {
+                } else if !a.frontier.is_empty() && !b.frontier.is_empty() && a.frontier[0] == b.frontier[0] && a.block == b.block {
                     json!({"op": "join", "left": a.name, "right": b.name, "left_keys": [0], "right_keys": [0], "kernel": "matAdd"})
                 } else {
                     continue;

@@ -23,8 +23,11 @@ fn inputs_for(p: &Program, seed: u64, rt: &ThreadRuntime<f64>) -> BTreeMap<Strin
     tra_tests::random_inputs(p, seed).iter().map(|(n, r)| (n.clone(), TRelation::from_relation(r, rt.pool()))).collect()
 }
 
+/// A tuple as compared: site (none: replicated), key, shape, the bits of its values.
+type Row = (Option<usize>, Vec<u32>, Vec<usize>, Vec<u64>);
+
 fn same(tag: &str, want: &PhysValue<f64>, got: &PhysValue<f64>) -> Result<(), String> {
-    let list = |v: &PhysValue<f64>| -> Vec<(Option<usize>, Vec<u32>, Vec<usize>, Vec<u64>)> {
+    let list = |v: &PhysValue<f64>| -> Vec<Row> {
         let mut out = Vec::new();
         for (s, l) in v.sites.iter().enumerate() {
             out.extend(l.iter().map(|t| (Some(s), t.0.clone(), t.1.shape().to_vec(), t.1.as_slice().iter().map(|x| x.to_bits()).collect())));

@@ -1687,11 +1687,10 @@ fn streamed_matmul<'s, T: Elem>(
             // as there are kernel threads.
             let threads = p1.cfg.threads.max(1);
             if !failed {
-                for g in 0..plan.groups.len() {
+                for (g, (_, members)) in plan.groups.iter().enumerate() {
                     if in_flight >= threads {
                         break;
                     }
-                    let members = &plan.groups[g].1;
                     if started[g] || !members.iter().all(|(lk, le, rk, re)| lr.get(lk, *le).is_some() && rr.get(rk, *re).is_some()) {
                         continue;
                     }
