@@ -880,6 +880,27 @@ fn place_named(
     sites: usize,
     layout: AnyLayout,
 ) -> Res<PhysRelation> {
+    let placed = input_sites(name, rel.tuples.keys(), placement, sites, layout)?;
+    let tuples = rel
+        .tuples
+        .iter()
+        .zip(placed)
+        .map(|((k, b), s)| PhysTuple { key: k.clone(), block: b.clone(), site: s.map_or(Site::Everywhere, Site::At) })
+        .collect();
+    Ok(PhysRelation::sorted(tuples))
+}
+
+/// The site of every tuple of an input, given its keys in key order (`None`:
+/// replicated): hashed by the optimizer's placement function, replicated, or
+/// for `any` by the layout (round robin, seeded random in key order, one
+/// site). The one placement of inputs for the reference and both runtimes.
+pub fn input_sites<'a>(
+    name: &str,
+    keys: impl IntoIterator<Item = &'a Key>,
+    placement: &PlacementDecl,
+    sites: usize,
+    layout: AnyLayout,
+) -> Result<Vec<Option<usize>>, InterpError> {
     if sites == 0 {
         return Err(InterpError::NoSites);
     }
@@ -888,31 +909,25 @@ fn place_named(
         AnyLayout::Seeded(seed) => Some(ChaCha8Rng::seed_from_u64(seed)),
         _ => None,
     };
-    let mut tuples = Vec::with_capacity(rel.len());
-    for (i, (k, b)) in rel.tuples.iter().enumerate() {
-        let site = match placement {
+    let mut out = Vec::new();
+    for (i, k) in keys.into_iter().enumerate() {
+        out.push(match placement {
             PlacementDecl::Hash(dims) => {
                 if let Some(&d) = dims.iter().find(|&&d| d >= k.len()) {
-                    return Err(err(format!(
-                        "hash placement on key dim {d}, but key {k:?} has {} components",
-                        k.len()
-                    )));
+                    return Err(err(format!("hash placement on key dim {d}, but key {k:?} has {} components", k.len())));
                 }
-                Site::At(site_of(k, dims, sites))
+                Some(site_of(k, dims, sites))
             }
-            PlacementDecl::Replicated => Site::Everywhere,
+            PlacementDecl::Replicated => None,
             PlacementDecl::Any => match layout {
-                AnyLayout::RoundRobin => Site::At(i % sites),
-                AnyLayout::Seeded(_) => Site::At(rng.as_mut().expect("seeded").random_range(0..sites)),
-                AnyLayout::OneSite(s) if s < sites => Site::At(s),
-                AnyLayout::OneSite(s) => {
-                    return Err(err(format!("layout: site {s} does not exist among {sites} sites")))
-                }
+                AnyLayout::RoundRobin => Some(i % sites),
+                AnyLayout::Seeded(_) => Some(rng.as_mut().expect("seeded").random_range(0..sites)),
+                AnyLayout::OneSite(s) if s < sites => Some(s),
+                AnyLayout::OneSite(s) => return Err(err(format!("layout: site {s} does not exist among {sites} sites"))),
             },
-        };
-        tuples.push(PhysTuple { key: k.clone(), block: b.clone(), site });
+        });
     }
-    Ok(PhysRelation::sorted(tuples))
+    Ok(out)
 }
 
 /// Project the site away. An `Everywhere` tuple counts once; a key held more

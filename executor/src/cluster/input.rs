@@ -14,16 +14,13 @@ use super::wire::elem_bytes_mut;
 use crate::npy::{self, Layout, NpyHeader};
 use crate::reference::{all_keys, check_input_tuples, AnyLayout, InterpError};
 use crate::threads::{Dtype, Elem, Pool, TRelation, Tuple};
-use rand::{Rng, SeedableRng};
-use rand_chacha::ChaCha8Rng;
 use std::fs::File;
 use std::io::{BufReader, Seek};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use tra_optimizer::keyexpr::Key;
-use tra_optimizer::placement::site_of;
-use tra_optimizer::program::{InputDecl, PlacementDecl};
+use tra_optimizer::program::InputDecl;
 
 /// Where an input's data comes from.
 #[derive(Clone)]
@@ -34,34 +31,7 @@ pub enum InputData<T: Elem> {
     Memory(Arc<TRelation<T>>),
 }
 
-/// The site of every tuple, in key order (`None`: replicated), exactly as
-/// the thread runtime places them.
-pub fn sites_of_tuples(name: &str, keys: &[Key], placement: &PlacementDecl, sites: usize, layout: AnyLayout) -> Result<Vec<Option<usize>>, InterpError> {
-    let err = |message: String| InterpError::BadInput { input: name.to_string(), message };
-    let mut rng = match layout {
-        AnyLayout::Seeded(seed) => Some(ChaCha8Rng::seed_from_u64(seed)),
-        _ => None,
-    };
-    let mut out = Vec::with_capacity(keys.len());
-    for (i, k) in keys.iter().enumerate() {
-        out.push(match placement {
-            PlacementDecl::Hash(dims) => {
-                if let Some(&d) = dims.iter().find(|&&d| d >= k.len()) {
-                    return Err(err(format!("hash placement on key dim {d}, but key {k:?} has {} components", k.len())));
-                }
-                Some(site_of(k, dims, sites))
-            }
-            PlacementDecl::Replicated => None,
-            PlacementDecl::Any => match layout {
-                AnyLayout::RoundRobin => Some(i % sites),
-                AnyLayout::Seeded(_) => Some(rng.as_mut().expect("seeded").random_range(0..sites)),
-                AnyLayout::OneSite(s) if s < sites => Some(s),
-                AnyLayout::OneSite(s) => return Err(err(format!("layout: site {s} does not exist among {sites} sites"))),
-            },
-        });
-    }
-    Ok(out)
-}
+pub use crate::reference::input_sites as sites_of_tuples;
 
 pub use crate::reference::input_bounds as bounds;
 

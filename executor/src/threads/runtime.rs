@@ -29,8 +29,6 @@ use super::elem::Elem;
 use super::kernels::{FastKernel, MatMulKind};
 use super::pool::{Pool, PoolStats, SharedBlock};
 use crate::reference::{check_input_tuples, evaluation_order, AnyLayout, InterpError};
-use rand::{Rng, SeedableRng};
-use rand_chacha::ChaCha8Rng;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -1001,34 +999,10 @@ fn place<T: Elem>(
     sites: usize,
     layout: AnyLayout,
 ) -> Res<(Vec<Vec<Tuple<T>>>, Vec<Tuple<T>>)> {
-    let err = |message: String| InterpError::BadInput { input: name.to_string(), message };
-    let mut rng = match layout {
-        AnyLayout::Seeded(seed) => Some(ChaCha8Rng::seed_from_u64(seed)),
-        _ => None,
-    };
+    let placed = crate::reference::input_sites(name, rel.tuples.iter().map(|t| &t.0), placement, sites, layout)?;
     let mut own: Vec<Vec<Tuple<T>>> = vec![Vec::new(); sites];
     let mut every = Vec::new();
-    for (i, (k, b)) in rel.tuples.iter().enumerate() {
-        let site = match placement {
-            PlacementDecl::Hash(dims) => {
-                if let Some(&d) = dims.iter().find(|&&d| d >= k.len()) {
-                    return Err(err(format!(
-                        "hash placement on key dim {d}, but key {k:?} has {} components",
-                        k.len()
-                    )));
-                }
-                Some(site_of(k, dims, sites))
-            }
-            PlacementDecl::Replicated => None,
-            PlacementDecl::Any => match layout {
-                AnyLayout::RoundRobin => Some(i % sites),
-                AnyLayout::Seeded(_) => Some(rng.as_mut().expect("seeded").random_range(0..sites)),
-                AnyLayout::OneSite(s) if s < sites => Some(s),
-                AnyLayout::OneSite(s) => {
-                    return Err(err(format!("layout: site {s} does not exist among {sites} sites")))
-                }
-            },
-        };
+    for ((k, b), site) in rel.tuples.iter().zip(placed) {
         match site {
             Some(s) => own[s].push((k.clone(), b.clone())),
             None => every.push((k.clone(), b.clone())),
