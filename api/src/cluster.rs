@@ -18,7 +18,6 @@ use tra_executor::cluster::job::{JobReport, JobSpec, LayoutSpec};
 use tra_executor::cluster::supervise::{self, Launcher};
 use tra_optimizer::check::check_plan;
 use tra_optimizer::cost::{plan_report, Weights};
-use tra_optimizer::optimize::{optimize, Limits, OptimizeError};
 use tra_optimizer::{Cluster, Program};
 
 /// The cluster options of `tra run` (flatten them into its arguments).
@@ -125,12 +124,7 @@ pub fn run_cluster_command(args: &RunArgs, cluster: &ClusterArgs) -> Result<Stri
     p.cluster = Some(Cluster { sites, ..p.cluster() });
     let (inputs, outputs, dtype) = crate::run::files_and_dtype(&p, args)?;
 
-    let t_opt = Instant::now();
-    let answer = optimize(&p, &tra_rules::all(), &Limits::default()).map_err(|e| match e {
-        OptimizeError::Program(e) => report(&e),
-        other => format!("error: {other}"),
-    })?;
-    let optimize_ms = t_opt.elapsed().as_secs_f64() * 1e3;
+    let (answer, optimize_ms) = crate::run::optimize_timed(&p)?;
     let chosen = match &cluster.alternative {
         None => answer.alternatives.first().cloned(),
         Some(text) => {

@@ -15,7 +15,7 @@ use tra_executor::npy::{self, Layout};
 use tra_executor::threads::{Dtype, Elem, Progress, RunOptions, TRelation, ThreadRuntime};
 use tra_optimizer::check::check_plan;
 use tra_optimizer::cost::{plan_report, Weights};
-use tra_optimizer::optimize::{optimize, Limits, OptimizeError};
+use tra_optimizer::optimize::{optimize, Limits, OptimizeAnswer, OptimizeError};
 use tra_optimizer::{Cluster, Program, ProgramError};
 
 /// Arguments of `tra run`.
@@ -160,6 +160,17 @@ pub fn files_and_dtype(
     Ok((inputs, outputs, dtype))
 }
 
+/// Optimize a program with every rule under the default limits; the answer
+/// and the milliseconds it took, errors worded for the command line.
+pub fn optimize_timed(p: &Program) -> Result<(OptimizeAnswer, f64), String> {
+    let t = Instant::now();
+    let answer = optimize(p, &tra_rules::all(), &Limits::default()).map_err(|e| match e {
+        OptimizeError::Program(e) => report(&e),
+        other => format!("error: {other}"),
+    })?;
+    Ok((answer, t.elapsed().as_secs_f64() * 1e3))
+}
+
 /// Run `tra run`; the answer is the JSON summary (pretty-printed).
 pub fn run_command(args: RunArgs) -> Result<String, String> {
     let t_start = Instant::now();
@@ -172,12 +183,7 @@ pub fn run_command(args: RunArgs) -> Result<String, String> {
     }
     let (inputs, outputs, dtype) = files_and_dtype(&p, &args)?;
 
-    let t_opt = Instant::now();
-    let answer = optimize(&p, &tra_rules::all(), &Limits::default()).map_err(|e| match e {
-        OptimizeError::Program(e) => report(&e),
-        other => format!("error: {other}"),
-    })?;
-    let optimize_ms = t_opt.elapsed().as_secs_f64() * 1e3;
+    let (answer, optimize_ms) = optimize_timed(&p)?;
     let ctx = Ctx { p: &p, answer: &answer, inputs: &inputs, outputs: &outputs, args: &args, optimize_ms, t_start };
     let summary = match dtype {
         Dtype::F32 => run_typed::<f32>(&ctx)?,

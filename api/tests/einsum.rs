@@ -1,15 +1,14 @@
 //! The einsum front-end end to end: `tra einsum` (`einsum_command`) on
 //! `.npy` files, and `POST /v1/einsum` on a real server.
 
+mod common;
+
 use ndarray::{ArrayD, IxDyn};
 use serde_json::{json, Value};
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
 use tra_api::einsum::{einsum_command, EinsumArgs};
-use tra_api::server::{serve_on, ServerConfig};
+use tra_api::server::ServerConfig;
 use tra_executor::npy;
 
 struct Dir(PathBuf);
@@ -135,42 +134,13 @@ fn cli_errors_point_at_the_expression() {
 // ---------------------------------------------------------------------------
 
 async fn start() -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { serve_on(listener, ServerConfig::default()).await.expect("serve") });
-    addr
+    common::start(ServerConfig::default()).await
 }
 
-/// One request (`Connection: close`); status and JSON body.
+/// One request: status and JSON body (`null` when the body is not JSON).
 async fn request(addr: SocketAddr, method: &str, path: &str, body: &str) -> (u16, Value) {
-    let mut stream = TcpStream::connect(addr).await.expect("connect");
-    let head = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
-        body.len()
-    );
-    stream.write_all(head.as_bytes()).await.unwrap();
-    stream.write_all(body.as_bytes()).await.unwrap();
-    let mut raw = Vec::new();
-    tokio::time::timeout(Duration::from_secs(120), stream.read_to_end(&mut raw)).await.expect("in time").unwrap();
-    let split = raw.windows(4).position(|w| w == b"\r\n\r\n").expect("headers");
-    let head = String::from_utf8_lossy(&raw[..split]).to_string();
-    let status: u16 = head.split(' ').nth(1).unwrap().parse().unwrap();
-    let mut body = raw[split + 4..].to_vec();
-    if head.to_ascii_lowercase().contains("transfer-encoding: chunked") {
-        let mut out = Vec::new();
-        let mut rest = &body[..];
-        loop {
-            let eol = rest.windows(2).position(|w| w == b"\r\n").unwrap();
-            let size = usize::from_str_radix(std::str::from_utf8(&rest[..eol]).unwrap().trim(), 16).unwrap();
-            if size == 0 {
-                break;
-            }
-            out.extend_from_slice(&rest[eol + 2..eol + 2 + size]);
-            rest = &rest[eol + 2 + size + 2..];
-        }
-        body = out;
-    }
-    (status, serde_json::from_slice(&body).unwrap_or(Value::Null))
+    let r = common::http(addr, method, path, Some(body.as_bytes())).await;
+    (r.status, serde_json::from_slice(&r.body).unwrap_or(Value::Null))
 }
 
 #[tokio::test(flavor = "multi_thread")]
