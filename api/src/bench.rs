@@ -44,7 +44,10 @@ pub fn matmul_chain(n: usize) -> Program {
             format!("J{i}"),
             serde_json::json!({"op": "join", "left": prev, "right": format!("X{i}"), "left_keys": [1], "right_keys": [0], "kernel": "matMul"}),
         );
-        nodes.insert(format!("M{i}"), serde_json::json!({"op": "aggregate", "input": format!("J{i}"), "group_by": [0, 2], "kernel": "matAdd"}));
+        nodes.insert(
+            format!("M{i}"),
+            serde_json::json!({"op": "aggregate", "input": format!("J{i}"), "group_by": [0, 2], "kernel": "matAdd"}),
+        );
         prev = format!("M{i}");
     }
     let v = serde_json::json!({"inputs": inputs, "nodes": nodes, "outputs": [prev], "cluster": {"sites": 10}});
@@ -104,7 +107,15 @@ pub fn table(rows: &[Row]) -> String {
         let _ = writeln!(
             s,
             "{:<26} {:>10.2} {:>10.2} {:>8} {:>8} {:>6} {:<11} {:>15}  {}",
-            r.name, r.median_ms, r.min_ms, r.egraph_nodes, r.egraph_classes, r.iterations, r.stop_reason, r.network_floats, r.chosen
+            r.name,
+            r.median_ms,
+            r.min_ms,
+            r.egraph_nodes,
+            r.egraph_classes,
+            r.iterations,
+            r.stop_reason,
+            r.network_floats,
+            r.chosen
         );
     }
     s

@@ -132,7 +132,10 @@ pub fn run_cluster_command(args: &RunArgs, cluster: &ClusterArgs) -> Result<Stri
             let found = answer.alternatives.iter().find(|a| a.label.to_lowercase().contains(&t)).cloned();
             if found.is_none() {
                 let labels: Vec<&str> = answer.alternatives.iter().map(|a| a.label.as_str()).collect();
-                return Err(format!("--alternative {text}: no alternative plan matches (the alternatives: {})", labels.join("; ")));
+                return Err(format!(
+                    "--alternative {text}: no alternative plan matches (the alternatives: {})",
+                    labels.join("; ")
+                ));
             }
             found
         }
@@ -140,7 +143,8 @@ pub fn run_cluster_command(args: &RunArgs, cluster: &ClusterArgs) -> Result<Stri
     let (plan, label, predicted_floats) = match (&cluster.plan, &chosen) {
         (Some(path), _) => {
             let text = std::fs::read_to_string(path).map_err(|e| format!("--plan {}: {e}", path.display()))?;
-            let plan = tra_optimizer::Plan::from_json(&text).map_err(|e| format!("--plan {}: {}", path.display(), report(&e)))?;
+            let plan = tra_optimizer::Plan::from_json(&text)
+                .map_err(|e| format!("--plan {}: {}", path.display(), report(&e)))?;
             if plan.inputs != p.inputs {
                 return Err(format!("--plan {}: its inputs differ from the program's", path.display()));
             }
@@ -206,8 +210,14 @@ fn summary(
     use serde_json::json;
     let cluster = p.cluster();
     let sites = spec.sites();
-    let typed = check_plan(&spec.plan, sites).map_err(|e| format!("internal error: the chosen plan does not check: {}", report(&e)))?;
-    let predicted = plan_report(&spec.plan, &typed, sites, Weights { network: cluster.network_weight, compute: cluster.compute_weight });
+    let typed = check_plan(&spec.plan, sites)
+        .map_err(|e| format!("internal error: the chosen plan does not check: {}", report(&e)))?;
+    let predicted = plan_report(
+        &spec.plan,
+        &typed,
+        sites,
+        Weights { network: cluster.network_weight, compute: cluster.compute_weight },
+    );
     let operators: Vec<serde_json::Value> = job
         .nodes
         .iter()

@@ -109,9 +109,12 @@ fn positive(v: &Value, at: &str) -> Result<usize, ApiError> {
 /// The request body as a compiler request.
 pub fn parse_request(body: &Value) -> Result<Request, ApiError> {
     let obj = body.as_object().ok_or_else(|| {
-        ApiError::bad_json("an einsum request is a JSON object: {\"expression\", \"inputs\": {name: {\"shape\", \"block\"}}}")
+        ApiError::bad_json(
+            "an einsum request is a JSON object: {\"expression\", \"inputs\": {name: {\"shape\", \"block\"}}}",
+        )
     })?;
-    if let Some(k) = obj.keys().find(|k| !["expression", "inputs", "block", "output", "cluster"].contains(&k.as_str())) {
+    if let Some(k) = obj.keys().find(|k| !["expression", "inputs", "block", "output", "cluster"].contains(&k.as_str()))
+    {
         return Err(field_error(
             k,
             format!("unknown field `{k}`; an einsum request has expression, inputs, block, output, cluster"),
@@ -123,12 +126,17 @@ pub fn parse_request(body: &Value) -> Result<Request, ApiError> {
         .ok_or_else(|| field_error("expression", "`expression` must be an einsum string, e.g. \"ij,jk->ik\""))?
         .to_string();
     let inputs = obj.get("inputs").and_then(|i| i.as_object()).ok_or_else(|| {
-        field_error("inputs", "`inputs` must be an object of operands in expression order: {\"A\": {\"shape\": [2, 3]}}")
+        field_error(
+            "inputs",
+            "`inputs` must be an object of operands in expression order: {\"A\": {\"shape\": [2, 3]}}",
+        )
     })?;
     let mut operands = Vec::new();
     for (name, v) in inputs {
         let at = format!("inputs.{name}");
-        let o = v.as_object().ok_or_else(|| field_error(&at, format!("input {name} must be {{\"shape\": [...], \"block\": N}}")))?;
+        let o = v
+            .as_object()
+            .ok_or_else(|| field_error(&at, format!("input {name} must be {{\"shape\": [...], \"block\": N}}")))?;
         if let Some(k) = o.keys().find(|k| !["shape", "block"].contains(&k.as_str())) {
             return Err(field_error(&format!("{at}.{k}"), format!("input {name}: unknown field `{k}` (shape, block)")));
         }
@@ -139,9 +147,9 @@ pub fn parse_request(body: &Value) -> Result<Request, ApiError> {
             .ok_or_else(|| field_error(&shape_at, format!("input {name}: `shape` must be a list of sizes")))?
             .iter()
             .map(|d| {
-                d.as_u64()
-                    .map(|n| n as usize)
-                    .ok_or_else(|| field_error(&shape_at, format!("input {name}: sizes must be non-negative integers, got {d}")))
+                d.as_u64().map(|n| n as usize).ok_or_else(|| {
+                    field_error(&shape_at, format!("input {name}: sizes must be non-negative integers, got {d}"))
+                })
             })
             .collect::<Result<Vec<usize>, _>>()?;
         let block_at = format!("{at}.block");
@@ -165,7 +173,10 @@ pub fn parse_request(body: &Value) -> Result<Request, ApiError> {
     };
     let cluster = match obj.get("cluster") {
         None | Some(Value::Null) => None,
-        Some(c) => Some(serde_json::from_value::<Cluster>(c.clone()).map_err(|e| field_error("cluster", format!("cluster: {e}")))?),
+        Some(c) => Some(
+            serde_json::from_value::<Cluster>(c.clone())
+                .map_err(|e| field_error("cluster", format!("cluster: {e}")))?,
+        ),
     };
     Ok(Request { expression, operands, block, output, cluster })
 }
@@ -397,7 +408,9 @@ pub fn einsum_command(args: EinsumArgs) -> Result<String, String> {
     .map_err(|e| format!("error while running: {e}"))?;
     let run_ms = t_run.elapsed().as_secs_f64() * 1e3;
     let mut outs = run.erased_outputs().map_err(|e| format!("error while running: {e}"))?;
-    let rel = outs.remove(&compiled.output.name).ok_or_else(|| format!("internal error: no output {}", compiled.output.name))?;
+    let rel = outs
+        .remove(&compiled.output.name)
+        .ok_or_else(|| format!("internal error: no output {}", compiled.output.name))?;
     let dense = output_dense(&rel, &compiled.output)?;
     let (sum, abs) = dense.iter().fold((0.0, 0.0), |(s, a), &x| (s + x, a + x.abs()));
     let mut output = json!({

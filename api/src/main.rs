@@ -128,7 +128,8 @@ fn load(file: &str) -> Result<Program, String> {
 fn run(cli: Cli) -> Result<(), String> {
     match cli.command {
         Command::Optimize { file, format, sites, max_nodes, max_ms } => {
-            let limits = Limits { nodes: max_nodes, time: std::time::Duration::from_millis(max_ms), ..Limits::default() };
+            let limits =
+                Limits { nodes: max_nodes, time: std::time::Duration::from_millis(max_ms), ..Limits::default() };
             optimize_cmd(&file, format, sites, limits)
         }
         Command::Rules { format } => rules_cmd(format),
@@ -197,7 +198,10 @@ fn run(cli: Cli) -> Result<(), String> {
                     .collect();
                 println!("{}", serde_json::to_string_pretty(&rows).unwrap());
             } else {
-                println!("{:<16} {:<10} {:<18} {:<18} {:>12} {:>16}", "NAME", "OP", "KEY FRONTIER", "BLOCK", "TUPLES", "FLOATS");
+                println!(
+                    "{:<16} {:<10} {:<18} {:<18} {:>12} {:>16}",
+                    "NAME", "OP", "KEY FRONTIER", "BLOCK", "TUPLES", "FLOATS"
+                );
                 for (name, t) in &typed.types {
                     let op = p.nodes.get(name).map(|o| tra_optimizer::program::Operator::op_name(o)).unwrap_or("input");
                     let holes = if matches!(t.keys, tra_optimizer::types::KeySet::Dense) { "" } else { " (holes)" };
@@ -244,7 +248,8 @@ fn optimize_cmd(file: &str, format: Format, sites: Option<usize>, limits: Limits
         Format::Text | Format::Dot => {
             let cluster = p.cluster();
             let w = Weights { network: cluster.network_weight, compute: cluster.compute_weight };
-            let typed = check_plan(&answer.plan, cluster.sites).map_err(|e| format!("internal error: {}", report(&e)))?;
+            let typed =
+                check_plan(&answer.plan, cluster.sites).map_err(|e| format!("internal error: {}", report(&e)))?;
             let report = plan_report(&answer.plan, &typed, cluster.sites, w);
             if format == Format::Dot {
                 println!("{}", to_dot(&answer.plan, &report));

@@ -76,7 +76,12 @@ pub fn read_program(file: &str) -> Result<Program, String> {
 }
 
 /// `NAME=PATH` pairs of a flag (`--input`, `--output`), checked against the names allowed.
-pub fn pairs(flag: &str, items: &[String], allowed: &[String], what: &str) -> Result<BTreeMap<String, PathBuf>, String> {
+pub fn pairs(
+    flag: &str,
+    items: &[String],
+    allowed: &[String],
+    what: &str,
+) -> Result<BTreeMap<String, PathBuf>, String> {
     let mut out = BTreeMap::new();
     for item in items {
         let (name, path) = item

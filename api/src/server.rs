@@ -195,7 +195,8 @@ impl AppState {
     /// per-operator `report` of the chosen plan and of each alternative) and
     /// that JSON encoded.
     pub async fn optimize(&self, program: Program) -> Result<Arc<CachedAnswer>, ApiError> {
-        let key = serde_json::to_string(&program).map_err(|e| ApiError::internal(format!("cannot key the program: {e}")))?;
+        let key =
+            serde_json::to_string(&program).map_err(|e| ApiError::internal(format!("cannot key the program: {e}")))?;
         if let Some(hit) = self.inner.answers.get(&key) {
             return Ok(hit);
         }

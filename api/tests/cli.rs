@@ -8,7 +8,11 @@ fn tra(args: &[&str]) -> (bool, String, String) {
         .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
         .output()
         .expect("run tra");
-    (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 #[test]
@@ -30,7 +34,10 @@ fn compile_prints_the_table_1_plan() {
     assert_eq!(plan["outputs"], serde_json::json!(["Z"]));
     let (ok, out, _) = tra(&["compile", "--format", "text", "examples/matmul.json"]);
     assert!(ok);
-    assert_eq!(out.trim(), "(local_aggregate [0 2] matAdd (shuffle [0 2] (local_join [1] [0] matMul (broadcast X) Y)))");
+    assert_eq!(
+        out.trim(),
+        "(local_aggregate [0 2] matAdd (shuffle [0 2] (local_join [1] [0] matMul (broadcast X) Y)))"
+    );
 }
 
 #[test]
@@ -54,7 +61,10 @@ fn rules_lists_every_rule() {
     assert!(ok);
     let rules: Vec<serde_json::Value> = serde_json::from_str(&out).unwrap();
     for name in ["lower-join", "R1-6", "R1-7", "R2-5", "R2-7b", "matmul-rmm"] {
-        assert!(rules.iter().any(|r| r["name"] == name && r["equation"].is_string() && r["condition"].is_string()), "{name}");
+        assert!(
+            rules.iter().any(|r| r["name"] == name && r["equation"].is_string() && r["condition"].is_string()),
+            "{name}"
+        );
     }
 }
 

@@ -58,7 +58,10 @@ fn setup(dir: &Dir) -> (PathBuf, Vec<String>) {
 }
 
 fn outputs(dir: &Dir, tag: &str) -> Vec<String> {
-    ["Z", "R"].iter().flat_map(|o| ["--output".to_string(), format!("{o}={}", dir.path(&format!("{tag}-{o}.npy")).display())]).collect()
+    ["Z", "R"]
+        .iter()
+        .flat_map(|o| ["--output".to_string(), format!("{o}={}", dir.path(&format!("{tag}-{o}.npy")).display())])
+        .collect()
 }
 
 fn run(args: &[String], env: &[(&str, &str)]) -> (bool, String, String) {
@@ -68,7 +71,11 @@ fn run(args: &[String], env: &[(&str, &str)]) -> (bool, String, String) {
         cmd.env(k, v);
     }
     let out = cmd.output().unwrap();
-    (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 fn same_files(a: &Path, b: &Path) {
@@ -230,7 +237,11 @@ impl Agents {
     }
 
     fn spawn(hosts: &Path, i: usize) -> Child {
-        let log = std::fs::OpenOptions::new().create(true).append(true).open(hosts.with_extension(format!("worker{i}.log"))).unwrap();
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(hosts.with_extension(format!("worker{i}.log")))
+            .unwrap();
         Command::new(TRA)
             .args(["worker", "--process", &i.to_string(), "--hosts", &hosts.display().to_string()])
             .stdout(Stdio::null())
@@ -240,7 +251,9 @@ impl Agents {
     }
 
     fn logs(&self) -> String {
-        (0..3).map(|i| std::fs::read_to_string(self.hosts.with_extension(format!("worker{i}.log"))).unwrap_or_default()).collect()
+        (0..3)
+            .map(|i| std::fs::read_to_string(self.hosts.with_extension(format!("worker{i}.log"))).unwrap_or_default())
+            .collect()
     }
 }
 

@@ -67,8 +67,14 @@ fn cli_matmul_with_padding_writes_the_cropped_result() {
     let want = a2.dot(&b2).into_dyn();
     for executor in ["threads", "reference"] {
         let out = dir.s(&format!("c-{executor}.npy"));
-        let summary = einsum_command(args("ij,jk->ik", vec![format!("A={pa}"), format!("B={pb}")], Some(format!("C={out}")), 2, executor))
-            .unwrap_or_else(|e| panic!("{e}"));
+        let summary = einsum_command(args(
+            "ij,jk->ik",
+            vec![format!("A={pa}"), format!("B={pb}")],
+            Some(format!("C={out}")),
+            2,
+            executor,
+        ))
+        .unwrap_or_else(|e| panic!("{e}"));
         let s: Value = serde_json::from_str(&summary).unwrap();
         assert_eq!(s["output"]["name"], "C");
         assert_eq!(s["output"]["shape"], json!([5, 3]));
@@ -87,7 +93,9 @@ fn cli_trace_gives_a_scalar_and_inline_data() {
     let a = array(&[5, 5], 4);
     let pa = write(&dir, "a.npy", &a);
     let want: f64 = (0..5).map(|i| a[[i, i]]).sum();
-    let s: Value = serde_json::from_str(&einsum_command(args("ii", vec![format!("A={pa}")], None, 2, "threads")).unwrap()).unwrap();
+    let s: Value =
+        serde_json::from_str(&einsum_command(args("ii", vec![format!("A={pa}")], None, 2, "threads")).unwrap())
+            .unwrap();
     assert_eq!(s["output"]["shape"], json!([]));
     assert_eq!(s["output"]["data"], json!(want));
     // Written, a 0-d array.
@@ -102,9 +110,15 @@ fn cli_trace_gives_a_scalar_and_inline_data() {
 fn cli_three_operands_chain() {
     let dir = Dir::new("chain");
     let (a, b, v) = (array(&[6, 5], 1), array(&[5, 4], 2), array(&[4], 3));
-    let ins = vec![format!("A={}", write(&dir, "a.npy", &a)), format!("B={}", write(&dir, "b.npy", &b)), format!("V={}", write(&dir, "v.npy", &v))];
+    let ins = vec![
+        format!("A={}", write(&dir, "a.npy", &a)),
+        format!("B={}", write(&dir, "b.npy", &b)),
+        format!("V={}", write(&dir, "v.npy", &v)),
+    ];
     let out = dir.s("y.npy");
-    let s: Value = serde_json::from_str(&einsum_command(args("ij,jk,k->i", ins, Some(out.clone()), 2, "threads")).unwrap()).unwrap();
+    let s: Value =
+        serde_json::from_str(&einsum_command(args("ij,jk,k->i", ins, Some(out.clone()), 2, "threads")).unwrap())
+            .unwrap();
     assert_eq!(s["order"]["method"], "dp");
     let a2 = a.into_dimensionality::<ndarray::Ix2>().unwrap();
     let b2 = b.into_dimensionality::<ndarray::Ix2>().unwrap();
@@ -118,12 +132,19 @@ fn cli_errors_point_at_the_expression() {
     let dir = Dir::new("errors");
     let pa = write(&dir, "a.npy", &array(&[2, 3], 1));
     let pb = write(&dir, "b.npy", &array(&[4, 5], 1));
-    let e = einsum_command(args("ij,jk->ik", vec![format!("A={pa}"), format!("B={pb}")], None, 2, "threads")).unwrap_err();
-    assert!(e.starts_with("error [bounds_mismatch] at expression: einsum `ij,jk->ik`, position 3: index `j` has size 4 in B"), "{e}");
+    let e =
+        einsum_command(args("ij,jk->ik", vec![format!("A={pa}"), format!("B={pb}")], None, 2, "threads")).unwrap_err();
+    assert!(
+        e.starts_with(
+            "error [bounds_mismatch] at expression: einsum `ij,jk->ik`, position 3: index `j` has size 4 in B"
+        ),
+        "{e}"
+    );
     assert!(e.ends_with("  ij,jk->ik\n     ^"), "{e}");
     let e = einsum_command(args("ij,jk->ik", vec![format!("A={pa}")], None, 2, "threads")).unwrap_err();
     assert!(e.contains("position 3") && e.contains("term `jk` has no input"), "{e}");
-    let e = einsum_command(args("ij,j?->ik", vec![format!("A={pa}"), format!("B={pb}")], None, 2, "threads")).unwrap_err();
+    let e =
+        einsum_command(args("ij,j?->ik", vec![format!("A={pa}"), format!("B={pb}")], None, 2, "threads")).unwrap_err();
     assert!(e.contains("position 4") && e.contains("`?` is not an index"), "{e}");
     let e = einsum_command(args("ij", vec!["A".into()], None, 2, "threads")).unwrap_err();
     assert!(e.contains("NAME=FILE.npy"), "{e}");
@@ -160,7 +181,10 @@ async fn http_einsum_gives_the_program_and_its_optimization() {
         v["program"]["nodes"]["AB_join"],
         json!({"op": "join", "left": "A", "right": "B", "left_keys": [1], "right_keys": [0], "kernel": "matMul"})
     );
-    assert_eq!(v["program"]["nodes"]["out"], json!({"op": "aggregate", "input": "AB_join", "group_by": [0, 2], "kernel": "matAdd"}));
+    assert_eq!(
+        v["program"]["nodes"]["out"],
+        json!({"op": "aggregate", "input": "AB_join", "group_by": [0, 2], "kernel": "matAdd"})
+    );
     assert_eq!(v["program"]["outputs"], json!(["out"]));
     assert!(v["optimize"]["plan"]["nodes"].is_object());
     assert!(v["optimize"]["cost"]["network_floats"].is_number());
@@ -179,7 +203,9 @@ async fn http_einsum_gives_the_program_and_its_optimization() {
     assert_eq!(v["einsum"]["order"]["method"], "dp");
     assert_eq!(v["einsum"]["order"]["steps"][0]["left"], "B");
     assert_eq!(v["program"]["outputs"], json!(["y"]));
-    assert!(v["einsum"]["order"]["cost"]["total"].as_f64() < v["einsum"]["order"]["left_to_right_cost"]["total"].as_f64());
+    assert!(
+        v["einsum"]["order"]["cost"]["total"].as_f64() < v["einsum"]["order"]["left_to_right_cost"]["total"].as_f64()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -197,7 +223,13 @@ async fn http_einsum_errors_carry_the_position() {
     assert_eq!(v["error"]["at"], "expression");
     assert_eq!(v["error"]["position"], 3);
     assert!(v["error"]["message"].as_str().unwrap().contains("index `j` has size 4 in B"));
-    let (status, v) = request(addr, "POST", "/v1/einsum", &json!({"expression": "ij", "inputs": {"A": {"shape": [2, 3], "block": [1]}}}).to_string()).await;
+    let (status, v) = request(
+        addr,
+        "POST",
+        "/v1/einsum",
+        &json!({"expression": "ij", "inputs": {"A": {"shape": [2, 3], "block": [1]}}}).to_string(),
+    )
+    .await;
     assert_eq!((status, v["error"]["at"].as_str()), (422, Some("inputs.A.block")), "{v}");
     let (status, v) = request(addr, "POST", "/v1/einsum", &json!({"inputs": {}}).to_string()).await;
     assert_eq!((status, v["error"]["at"].as_str()), (422, Some("expression")), "{v}");

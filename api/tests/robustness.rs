@@ -91,8 +91,9 @@ async fn mutated_programs_always_get_a_json_answer() {
         }
         let path = if rng.random_bool(0.8) { "/v1/optimize" } else { "/v1/execute" };
         let r = http(addr, "POST", path, Some(&text)).await;
-        let v: Value = serde_json::from_slice(&r.body)
-            .unwrap_or_else(|e| panic!("case {case}: status {} without a JSON body ({e}): {}", r.status, String::from_utf8_lossy(&r.body)));
+        let v: Value = serde_json::from_slice(&r.body).unwrap_or_else(|e| {
+            panic!("case {case}: status {} without a JSON body ({e}): {}", r.status, String::from_utf8_lossy(&r.body))
+        });
         assert!([200, 400, 413, 422, 503].contains(&r.status), "case {case}: status {}: {v}", r.status);
         if r.status != 200 {
             assert!(v["error"]["message"].as_str().is_some_and(|m| !m.is_empty()), "case {case}: {v}");
@@ -128,9 +129,9 @@ async fn deep_and_huge_programs_get_an_answer() {
     r.error(400);
     // Deeply nested key expression.
     let mut p = chain(1);
-    p["nodes"]["N0"] = json!({"op": "filter", "input": "X", "predicate": format!("{}k0 == 0{}", "(".repeat(5000), ")".repeat(5000))});
+    p["nodes"]["N0"] =
+        json!({"op": "filter", "input": "X", "predicate": format!("{}k0 == 0{}", "(".repeat(5000), ")".repeat(5000))});
     let r = post(addr, "/v1/optimize", &p).await;
     r.error(422);
     assert_eq!(get(addr, "/healthz").await.status, 200);
 }
-

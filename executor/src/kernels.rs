@@ -345,7 +345,8 @@ fn sum_out(b: &Block, l: &[char], keep: impl Fn(char) -> bool) -> (Block, Vec<ch
 
 /// Permutes `b` (letters `l`) into the order `want` and reshapes it to `dims`.
 fn arrange(b: &Block, l: &[char], want: &[char], dims: &[usize]) -> Result<Block, KernelError> {
-    let perm: Vec<usize> = want.iter().map(|c| l.iter().position(|d| d == c).expect("a letter of the operand")).collect();
+    let perm: Vec<usize> =
+        want.iter().map(|c| l.iter().position(|d| d == c).expect("a letter of the operand")).collect();
     let p = b.view().permuted_axes(IxDyn(&perm));
     p.to_shape(IxDyn(dims))
         .map(|c| c.into_owned())
@@ -374,7 +375,8 @@ fn einsum_pair(spec: &EinSumSpec, sizes: &[(char, usize)], a: &Block, b: &Block)
     }
     let have = cat(&[&batch, &left, &right]);
     let dims: Vec<usize> = have.iter().map(|&c| size_of(sizes, c)).collect();
-    let r = r.into_dyn().to_shape(IxDyn(&dims)).map_err(|e| KernelError::BadShape(format!("einSum: {e}")))?.into_owned();
+    let r =
+        r.into_dyn().to_shape(IxDyn(&dims)).map_err(|e| KernelError::BadShape(format!("einSum: {e}")))?.into_owned();
     let out_dims: Vec<usize> = out.iter().map(|&c| size_of(sizes, c)).collect();
     let o = arrange(&r, &have, out, &out_dims)?;
     Ok(o.as_standard_layout().into_owned())
@@ -838,11 +840,26 @@ mod tests {
         assert!((trace[IxDyn(&[])] - (0..4).map(|i| sq[[i, i]]).sum::<f64>()).abs() < 1e-12);
         let dims = |l: &str| l.chars().map(|c| 2 + (c as usize - 'a' as usize) % 3).collect::<Vec<usize>>();
         for spec in [
-            "ij_jk_ik", "ij_jk_ki", "bij_bjk_bik", "ijk_jkl_il", "i_j_ij", "i_i_", "i_i_i", "ij_ij_", "ab_cd_dcba",
-            "abc_cab_b", "ab_b_a", "_ab_ba", "ab__ab", "__", "abc_bd_adc", "ab_ab_ba",
+            "ij_jk_ik",
+            "ij_jk_ki",
+            "bij_bjk_bik",
+            "ijk_jkl_il",
+            "i_j_ij",
+            "i_i_",
+            "i_i_i",
+            "ij_ij_",
+            "ab_cd_dcba",
+            "abc_cab_b",
+            "ab_b_a",
+            "_ab_ba",
+            "ab__ab",
+            "__",
+            "abc_bd_adc",
+            "ab_ab_ba",
         ] {
             let spec = EinSumSpec::parse(spec).unwrap();
-            let ins: Vec<Block> = spec.inputs.iter().map(|l| random(&mut rng, &dims(&l.iter().collect::<String>()))).collect();
+            let ins: Vec<Block> =
+                spec.inputs.iter().map(|l| random(&mut rng, &dims(&l.iter().collect::<String>()))).collect();
             let refs: Vec<&Block> = ins.iter().collect();
             let sizes = spec.sizes(&refs.iter().map(|b| b.shape()).collect::<Vec<_>>()).unwrap();
             let fast = einsum(&spec, &refs).unwrap();

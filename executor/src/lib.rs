@@ -1,8 +1,8 @@
 //! tra's executor: block kernels and the reference interpreter.
 #![warn(missing_docs)]
 
-pub mod kernels;
-pub mod reference;
-pub mod npy;
-pub mod threads;
 pub mod cluster;
+pub mod kernels;
+pub mod npy;
+pub mod reference;
+pub mod threads;

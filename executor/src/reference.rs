@@ -914,7 +914,10 @@ pub fn input_sites<'a>(
         out.push(match placement {
             PlacementDecl::Hash(dims) => {
                 if let Some(&d) = dims.iter().find(|&&d| d >= k.len()) {
-                    return Err(err(format!("hash placement on key dim {d}, but key {k:?} has {} components", k.len())));
+                    return Err(err(format!(
+                        "hash placement on key dim {d}, but key {k:?} has {} components",
+                        k.len()
+                    )));
                 }
                 Some(site_of(k, dims, sites))
             }
@@ -923,7 +926,9 @@ pub fn input_sites<'a>(
                 AnyLayout::RoundRobin => Some(i % sites),
                 AnyLayout::Seeded(_) => Some(rng.as_mut().expect("seeded").random_range(0..sites)),
                 AnyLayout::OneSite(s) if s < sites => Some(s),
-                AnyLayout::OneSite(s) => return Err(err(format!("layout: site {s} does not exist among {sites} sites"))),
+                AnyLayout::OneSite(s) => {
+                    return Err(err(format!("layout: site {s} does not exist among {sites} sites")))
+                }
             },
         });
     }

@@ -99,7 +99,12 @@ fn inputs_for(p: &Program, seed: u64) -> BTreeMap<String, Relation> {
         .collect()
 }
 
-fn thread_run(plan: &Plan, sites: usize, inputs: &BTreeMap<String, TRelation<f64>>, layout: AnyLayout) -> Result<ThreadRun<f64>, String> {
+fn thread_run(
+    plan: &Plan,
+    sites: usize,
+    inputs: &BTreeMap<String, TRelation<f64>>,
+    layout: AnyLayout,
+) -> Result<ThreadRun<f64>, String> {
     let rt = ThreadRuntime::<f64>::with_threads(2);
     rt.run(plan, sites, inputs, &RunOptions { layout, ..RunOptions::default() }).map_err(|e| e.to_string())
 }
@@ -190,7 +195,9 @@ fn loopback_f32_and_replicated_inputs() {
     let inputs: BTreeMap<String, TRelation<f32>> = [("A", [3u32, 2], [4usize, 5]), ("B", [2, 3], [5, 2])]
         .iter()
         .enumerate()
-        .map(|(i, (n, kb, ab))| (n.to_string(), TRelation::from_relation(&random_relation(kb, ab, 3 + i as u64), rt.pool())))
+        .map(|(i, (n, kb, ab))| {
+            (n.to_string(), TRelation::from_relation(&random_relation(kb, ab, 3 + i as u64), rt.pool()))
+        })
         .collect();
     for workers in [1, 2] {
         let sites = 3 * workers;
@@ -258,7 +265,14 @@ impl Drop for Dir {
 }
 
 /// Write a program's inputs as `.npy` files; the job spec for its plan.
-fn file_job(dir: &Path, name: &str, p: &Program, plan: &Plan, processes: usize, workers: usize) -> (JobSpec, BTreeMap<String, TRelation<f64>>) {
+fn file_job(
+    dir: &Path,
+    name: &str,
+    p: &Program,
+    plan: &Plan,
+    processes: usize,
+    workers: usize,
+) -> (JobSpec, BTreeMap<String, TRelation<f64>>) {
     let rt = ThreadRuntime::<f64>::with_threads(1);
     let typed = check_program(p).unwrap();
     let mut inputs = BTreeMap::new();
@@ -267,7 +281,8 @@ fn file_job(dir: &Path, name: &str, p: &Program, plan: &Plan, processes: usize, 
         let t = &typed.types[&n];
         let rel = TRelation::from_relation(&r, rt.pool());
         // Alternate the two layouts.
-        let layout = if i % 2 == 0 || t.frontier.len() != t.array_bounds.len() { Layout::Relation } else { Layout::Dense };
+        let layout =
+            if i % 2 == 0 || t.frontier.len() != t.array_bounds.len() { Layout::Relation } else { Layout::Dense };
         let path = dir.join(format!("{name}-{n}.npy"));
         npy::write_relation(&path, &rel, &t.frontier, &t.array_bounds, layout).unwrap();
         inputs.insert(n.clone(), path);
@@ -312,7 +327,8 @@ fn three_os_processes_equal_threads_on_every_workload() {
         for o in &plan.outputs {
             let t = &typed.types[o];
             let pool = tra_executor::threads::Pool::<f64>::new();
-            let (got, _, _) = npy::read_relation::<f64>(&spec.outputs[o], &t.rel.frontier, &t.rel.array_bounds, &pool).unwrap();
+            let (got, _, _) =
+                npy::read_relation::<f64>(&spec.outputs[o], &t.rel.frontier, &t.rel.array_bounds, &pool).unwrap();
             let want_rel = want.outputs[o].erase().unwrap();
             for (k, b) in &want_rel.tuples {
                 let g = got.get(k).unwrap_or_else(|| panic!("{name}: output {o}: key {k:?} missing"));

@@ -70,7 +70,10 @@ fn check_structure<Op: Operator>(
                 return Err(ProgramError::new(
                     ErrorCode::UnknownInput,
                     format!("{name}.{field}"),
-                    format!("{} {name}: `{field}` names `{operand}`, which is neither an input nor a node", op.op_name()),
+                    format!(
+                        "{} {name}: `{field}` names `{operand}`, which is neither an input nor a node",
+                        op.op_name()
+                    ),
                 ));
             }
         }

@@ -52,7 +52,9 @@ pub fn compile(p: &Program, typed: &TypedProgram) -> Plan {
                     kernel: kernel.clone(),
                 }
             }
-            TraOp::Rekey { input, key } => IaOp::LocalMap { input: input.clone(), key: Some(key.clone()), kernel: None },
+            TraOp::Rekey { input, key } => {
+                IaOp::LocalMap { input: input.clone(), key: Some(key.clone()), kernel: None }
+            }
             TraOp::Filter { input, predicate } => {
                 IaOp::LocalFilter { input: input.clone(), predicate: predicate.clone() }
             }
@@ -60,8 +62,8 @@ pub fn compile(p: &Program, typed: &TypedProgram) -> Plan {
                 IaOp::LocalMap { input: input.clone(), key: None, kernel: Some(kernel.clone()) }
             }
             TraOp::Tile { input, dim, size } => {
-                let (key, kernel) = types::tile_as_map(&typed.types[input], *dim, *size)
-                    .expect("checked programs have valid tiles");
+                let (key, kernel) =
+                    types::tile_as_map(&typed.types[input], *dim, *size).expect("checked programs have valid tiles");
                 IaOp::LocalMap { input: input.clone(), key: Some(key), kernel: Some(kernel) }
             }
             TraOp::Concat { input, key_dim, array_dim } => {

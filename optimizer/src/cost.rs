@@ -25,8 +25,8 @@ use crate::egraph::{ClassData, Ia, Param, TraEGraph};
 use crate::kernel::KernelRef;
 use crate::program::{IaOp, Operator, Plan};
 use crate::types::{concat_params, PhysType, Placement};
-use indexmap::IndexMap;
 use egg::Id;
+use indexmap::IndexMap;
 use serde::Serialize;
 
 /// The cost of a plan or operator.
@@ -135,9 +135,13 @@ pub fn node_cost(eg: &TraEGraph, class: Id, node: &Ia, w: Weights) -> Option<Cos
     let logical = |id: Id| eg[id].data.logical().expect("a logical operand");
     let shape = match node {
         Ia::Param(_) | Ia::Input(_) | Ia::Erase(_) | Ia::LFilter(_) => OpShape::Free,
-        Ia::Join(_) | Ia::Aggregate(_) | Ia::Rekey(_) | Ia::Filter(_) | Ia::Transform(_) | Ia::Tile(_) | Ia::Concat(_) => {
-            return None
-        }
+        Ia::Join(_)
+        | Ia::Aggregate(_)
+        | Ia::Rekey(_)
+        | Ia::Filter(_)
+        | Ia::Transform(_)
+        | Ia::Tile(_)
+        | Ia::Concat(_) => return None,
         Ia::Shuffle([_, x]) => OpShape::Shuffle(logical(*x).floats()),
         Ia::Broadcast(x) => OpShape::Broadcast(logical(*x).floats()),
         Ia::LJoin([_, _, k, a, b]) => OpShape::Join(phys(class), phys(*a), phys(*b), kernel_of(eg, *k)?),

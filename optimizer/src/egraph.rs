@@ -30,10 +30,10 @@ use egg::{Analysis, DidMerge, EGraph, Id, Language, RecExpr};
 use indexmap::IndexMap;
 use std::any::Any;
 use std::cell::RefCell;
-use std::sync::Arc;
 use std::collections::HashMap;
 use std::fmt;
 use std::str::FromStr;
+use std::sync::Arc;
 
 /// A parameter leaf: written `[0,2]`, `key:[k0,k1]`, `pred:k0==k1`,
 /// `kernel:matMul`, `id` (identity key map or kernel) or an input name.
@@ -100,30 +100,30 @@ impl FromStr for Param {
 mod lang {
     use super::Param;
     use egg::{define_language, Id};
-define_language! {
-    /// IA and TRA operators over two sorts (see the module doc).
-    pub enum Ia {
-        // L sort: TRA operators.
-        "join" = Join([Id; 5]),
-        "aggregate" = Aggregate([Id; 3]),
-        "rekey" = Rekey([Id; 2]),
-        "filter" = Filter([Id; 2]),
-        "transform" = Transform([Id; 2]),
-        "tile" = Tile([Id; 2]),
-        "concat" = Concat([Id; 2]),
-        // P -> L.
-        "erase" = Erase(Id),
-        // P sort.
-        "input" = Input(Id),
-        "shuffle" = Shuffle([Id; 2]),
-        "broadcast" = Broadcast(Id),
-        "ljoin" = LJoin([Id; 5]),
-        "lagg" = LAgg([Id; 3]),
-        "lfilter" = LFilter([Id; 2]),
-        "lmap" = LMap([Id; 3]),
-        Param(Param),
+    define_language! {
+        /// IA and TRA operators over two sorts (see the module doc).
+        pub enum Ia {
+            // L sort: TRA operators.
+            "join" = Join([Id; 5]),
+            "aggregate" = Aggregate([Id; 3]),
+            "rekey" = Rekey([Id; 2]),
+            "filter" = Filter([Id; 2]),
+            "transform" = Transform([Id; 2]),
+            "tile" = Tile([Id; 2]),
+            "concat" = Concat([Id; 2]),
+            // P -> L.
+            "erase" = Erase(Id),
+            // P sort.
+            "input" = Input(Id),
+            "shuffle" = Shuffle([Id; 2]),
+            "broadcast" = Broadcast(Id),
+            "ljoin" = LJoin([Id; 5]),
+            "lagg" = LAgg([Id; 3]),
+            "lfilter" = LFilter([Id; 2]),
+            "lmap" = LMap([Id; 3]),
+            Param(Param),
+        }
     }
-}
 }
 pub use lang::Ia;
 
@@ -340,9 +340,10 @@ fn check_class_values(eg: &mut TraEGraph, id: Id) {
 pub type TraEGraph = EGraph<Ia, TraAnalysis>;
 
 fn param(eg: &TraEGraph, id: Id) -> &Param {
-    eg[id].data.param().unwrap_or_else(|| {
-        panic!("rule {}: expected a parameter leaf, found {:?}", current_rule(), eg[id].data)
-    })
+    eg[id]
+        .data
+        .param()
+        .unwrap_or_else(|| panic!("rule {}: expected a parameter leaf, found {:?}", current_rule(), eg[id].data))
 }
 fn dims(eg: &TraEGraph, id: Id) -> &[usize] {
     match param(eg, id) {
@@ -377,14 +378,16 @@ fn pred(eg: &TraEGraph, id: Id) -> &Predicate {
     }
 }
 fn p_of(eg: &TraEGraph, id: Id) -> &PhysType {
-    eg[id].data.phys().unwrap_or_else(|| {
-        panic!("rule {}: an operand that must be physical (P) is {:?}", current_rule(), eg[id].data)
-    })
+    eg[id]
+        .data
+        .phys()
+        .unwrap_or_else(|| panic!("rule {}: an operand that must be physical (P) is {:?}", current_rule(), eg[id].data))
 }
 fn l_of(eg: &TraEGraph, id: Id) -> &LogicalType {
-    eg[id].data.logical().unwrap_or_else(|| {
-        panic!("rule {}: an operand that must be logical (L) is {:?}", current_rule(), eg[id].data)
-    })
+    eg[id]
+        .data
+        .logical()
+        .unwrap_or_else(|| panic!("rule {}: an operand that must be logical (L) is {:?}", current_rule(), eg[id].data))
 }
 fn complete_rel(eg: &TraEGraph, id: Id) -> &RelType {
     let l = l_of(eg, id);
@@ -408,11 +411,9 @@ pub fn type_node(eg: &TraEGraph, node: &Ia) -> Result<ClassData, TypeError> {
         Ia::Aggregate([g, k, x]) => {
             ClassData::L(LogicalType::complete(types::aggregate(complete_rel(eg, *x), dims(eg, *g), kernel(eg, *k))?))
         }
-        Ia::Rekey([f, x]) => ClassData::L(LogicalType::complete(types::local_map(
-            complete_rel(eg, *x),
-            opt_key(eg, *f),
-            None,
-        )?)),
+        Ia::Rekey([f, x]) => {
+            ClassData::L(LogicalType::complete(types::local_map(complete_rel(eg, *x), opt_key(eg, *f), None)?))
+        }
         Ia::Filter([p, x]) => ClassData::L(LogicalType::complete(types::filter(complete_rel(eg, *x), pred(eg, *p))?)),
         Ia::Transform([k, x]) => {
             ClassData::L(LogicalType::complete(types::transform(complete_rel(eg, *x), kernel(eg, *k))?))
@@ -460,12 +461,9 @@ impl Analysis<Ia> for TraAnalysis {
     fn make(egraph: &mut TraEGraph, enode: &Ia, _id: Id) -> ClassData {
         let data = match type_node(egraph, enode) {
             Ok(d) => d,
-            Err(e) => panic!(
-                "rule {} built an ill-typed node {}: {}",
-                current_rule(),
-                enode_string(egraph, enode),
-                e.message
-            ),
+            Err(e) => {
+                panic!("rule {} built an ill-typed node {}: {}", current_rule(), enode_string(egraph, enode), e.message)
+            }
         };
         egraph.analysis.origins.entry(enode.clone()).or_insert_with(current_rule);
         data
@@ -493,12 +491,7 @@ impl Analysis<Ia> for TraAnalysis {
                 DidMerge(false, false)
             }
             (ClassData::L(x), ClassData::L(y)) => {
-                assert_eq!(
-                    *x,
-                    y,
-                    "rule {}: merged two logical classes whose types differ",
-                    current_rule()
-                );
+                assert_eq!(*x, y, "rule {}: merged two logical classes whose types differ", current_rule());
                 DidMerge(false, false)
             }
             (ClassData::P(x), ClassData::P(y)) => {
@@ -571,7 +564,9 @@ pub fn add_program(eg: &mut TraEGraph, p: &Program, order: &[String]) -> IndexMa
             TraOp::Transform { input, kernel } => {
                 Ia::Transform([leaf(eg, Param::Kernel(kernel.clone())), ids[input.as_str()]])
             }
-            TraOp::Tile { input, dim, size } => Ia::Tile([leaf(eg, Param::Dims(vec![*dim, *size])), ids[input.as_str()]]),
+            TraOp::Tile { input, dim, size } => {
+                Ia::Tile([leaf(eg, Param::Dims(vec![*dim, *size])), ids[input.as_str()]])
+            }
             TraOp::Concat { input, key_dim, array_dim } => {
                 Ia::Concat([leaf(eg, Param::Dims(vec![*key_dim, *array_dim])), ids[input.as_str()]])
             }

@@ -511,14 +511,21 @@ fn analyze(req: &Request, p: &Parsed) -> Result<Analysis, EinsumError> {
     // Names.
     for (i, n) in names.iter().enumerate() {
         if n.is_empty() {
-            return Err(EinsumError::field(expr, "inputs", ErrorCode::BadField, format!("operand {i} has an empty name")));
+            return Err(EinsumError::field(
+                expr,
+                "inputs",
+                ErrorCode::BadField,
+                format!("operand {i} has an empty name"),
+            ));
         }
         if names[..i].contains(n) {
             return Err(EinsumError::field(
                 expr,
                 format!("inputs.{n}"),
                 ErrorCode::BadField,
-                format!("two operands are named `{n}`: give each operand its own name (the same data may be given twice)"),
+                format!(
+                    "two operands are named `{n}`: give each operand its own name (the same data may be given twice)"
+                ),
             ));
         }
     }
@@ -575,7 +582,8 @@ fn analyze(req: &Request, p: &Parsed) -> Result<Analysis, EinsumError> {
         let (r, named) = (o.shape.len(), t.letters());
         let ok = if t.ellipsis().is_some() { named <= r } else { named == r };
         if !ok {
-            let hint = if named < r && t.ellipsis().is_none() { " (write `...` for the axes it does not name)" } else { "" };
+            let hint =
+                if named < r && t.ellipsis().is_none() { " (write `...` for the axes it does not name)" } else { "" };
             return Err(at(
                 t.start,
                 ErrorCode::BadField,
@@ -598,7 +606,9 @@ fn analyze(req: &Request, p: &Parsed) -> Result<Analysis, EinsumError> {
         for item in &t.items {
             match *item {
                 Item::Letter(c, pos) => labels.push((c as Label, pos)),
-                Item::Ellipsis(pos) => labels.extend((0..ell[i]).map(|j| (ELLIPSIS + (e_max - ell[i] + j) as Label, pos))),
+                Item::Ellipsis(pos) => {
+                    labels.extend((0..ell[i]).map(|j| (ELLIPSIS + (e_max - ell[i] + j) as Label, pos)))
+                }
             }
         }
         for (axis, &(l, pos)) in labels.iter().enumerate() {
@@ -619,7 +629,11 @@ fn analyze(req: &Request, p: &Parsed) -> Result<Analysis, EinsumError> {
                     Item::Letter(c, pos) => {
                         let l = c as Label;
                         if out.contains(&l) {
-                            return Err(at(pos, ErrorCode::BadExpression, format!("index `{c}` appears twice in the output")));
+                            return Err(at(
+                                pos,
+                                ErrorCode::BadExpression,
+                                format!("index `{c}` appears twice in the output"),
+                            ));
                         }
                         if !occ.contains_key(&l) {
                             return Err(at(
@@ -853,7 +867,14 @@ impl Names {
 /// `target` (distinct, a subset of `l`'s, in the wanted order): diagonal of
 /// repeated labels, sums of the others, permutation. Empty when `l` is
 /// already `target`.
-fn unary_ops(a: &Analysis, x: &str, l: &[Label], target: &[Label], base: &str, names: &mut Names) -> Vec<(String, TraOp)> {
+fn unary_ops(
+    a: &Analysis,
+    x: &str,
+    l: &[Label],
+    target: &[Label],
+    base: &str,
+    names: &mut Names,
+) -> Vec<(String, TraOp)> {
     let mut ops: Vec<(String, TraOp)> = Vec::new();
     let d = distinct(l);
     let mut cur = x.to_string();
@@ -869,7 +890,8 @@ fn unary_ops(a: &Analysis, x: &str, l: &[Label], target: &[Label], base: &str, n
         let predicate = Predicate::parse(&conds.join(" && ")).expect("generated predicates parse");
         let f = names.fresh(&format!("{base}_diag"));
         ops.push((f.clone(), TraOp::Filter { input: cur, predicate }));
-        let first_positions: Vec<usize> = d.iter().map(|lab| l.iter().position(|m| m == lab).expect("present")).collect();
+        let first_positions: Vec<usize> =
+            d.iter().map(|lab| l.iter().position(|m| m == lab).expect("present")).collect();
         let r = names.fresh(&format!("{base}_diag_key"));
         ops.push((r.clone(), TraOp::Rekey { input: f, key: permute_key(&first_positions) }));
         cur = r;
@@ -958,19 +980,32 @@ fn contraction_ops(
     let join = |name: &str| {
         (
             name.to_string(),
-            TraOp::Join { left: x.into(), right: y.into(), left_keys: left_keys.clone(), right_keys: right_keys.clone(), kernel: kernel.clone() },
+            TraOp::Join {
+                left: x.into(),
+                right: y.into(),
+                left_keys: left_keys.clone(),
+                right_keys: right_keys.clone(),
+                kernel: kernel.clone(),
+            },
         )
     };
     let ops = if j == res {
         vec![join(last)]
     } else if same_set(&j, res) {
-        vec![join(join_name), (last.to_string(), TraOp::Rekey { input: join_name.into(), key: permute_key(&positions(res, &j)) })]
+        vec![
+            join(join_name),
+            (last.to_string(), TraOp::Rekey { input: join_name.into(), key: permute_key(&positions(res, &j)) }),
+        ]
     } else {
         vec![
             join(join_name),
             (
                 last.to_string(),
-                TraOp::Aggregate { input: join_name.into(), group_by: positions(res, &j), kernel: KernelRef::named("matAdd") },
+                TraOp::Aggregate {
+                    input: join_name.into(),
+                    group_by: positions(res, &j),
+                    kernel: KernelRef::named("matAdd"),
+                },
             ),
         ]
     };
@@ -1051,7 +1086,12 @@ impl Search<'_, '_> {
         let mut inputs = IndexMap::new();
         inputs.insert("L".to_string(), self.a.decl(lx));
         inputs.insert("R".to_string(), self.a.decl(ly));
-        let program = Program { inputs, nodes: ops.into_iter().collect(), outputs: vec!["Z".into()], cluster: Some(self.cluster) };
+        let program = Program {
+            inputs,
+            nodes: ops.into_iter().collect(),
+            outputs: vec!["Z".into()],
+            cluster: Some(self.cluster),
+        };
         let w = Weights { network: self.cluster.network_weight, compute: self.cluster.compute_weight };
         let optimized = if Instant::now() < self.deadline {
             optimize(&program, self.opts.rules, &self.opts.limits).ok().map(|a| a.cost)
@@ -1125,7 +1165,8 @@ impl Search<'_, '_> {
     /// is cheap now and costly later); a pair's score is its cost plus the
     /// network weight times the floats of its result, which later steps move.
     fn greedy(&mut self) -> Tree {
-        let mut cur: Vec<(Tree, Vec<Label>)> = self.rels.iter().cloned().enumerate().map(|(i, l)| (Tree::Leaf(i), l)).collect();
+        let mut cur: Vec<(Tree, Vec<Label>)> =
+            self.rels.iter().cloned().enumerate().map(|(i, l)| (Tree::Leaf(i), l)).collect();
         while cur.len() > 1 {
             let connected = |x: &[Label], y: &[Label]| x.iter().any(|l| y.contains(l));
             let any_connected = (0..cur.len()).any(|i| (i + 1..cur.len()).any(|j| connected(&cur[i].1, &cur[j].1)));
@@ -1167,7 +1208,13 @@ struct Emitter {
 
 impl Emitter {
     /// Emits `t` post-order; its node name and labels.
-    fn emit(&mut self, t: &Tree, root: bool, s: &mut Search<'_, '_>, rels: &[(String, Vec<Label>)]) -> (String, Vec<Label>) {
+    fn emit(
+        &mut self,
+        t: &Tree,
+        root: bool,
+        s: &mut Search<'_, '_>,
+        rels: &[(String, Vec<Label>)],
+    ) -> (String, Vec<Label>) {
         match t {
             Tree::Leaf(i) => {
                 let (name, l) = &rels[*i];
@@ -1237,10 +1284,10 @@ pub fn compile(req: &Request, opts: &Options<'_>) -> Result<Compiled, EinsumErro
     let mut rels: Vec<(String, Vec<Label>)> = Vec::new();
     for i in 0..n {
         let l = &a.labels[i];
-        let needed = |x: &Label| {
-            a.output.contains(x) || a.labels.iter().enumerate().any(|(j, m)| j != i && m.contains(x))
-        };
-        let target: Vec<Label> = if n == 1 { a.output.clone() } else { distinct(l).into_iter().filter(needed).collect() };
+        let needed =
+            |x: &Label| a.output.contains(x) || a.labels.iter().enumerate().any(|(j, m)| j != i && m.contains(x));
+        let target: Vec<Label> =
+            if n == 1 { a.output.clone() } else { distinct(l).into_iter().filter(needed).collect() };
         let mut ops = unary_ops(&a, &a.names[i], l, &target, &a.names[i], &mut names);
         if n == 1 {
             if ops.is_empty() {
@@ -1339,7 +1386,8 @@ pub fn compile(req: &Request, opts: &Options<'_>) -> Result<Compiled, EinsumErro
         array_bounds: a.output.iter().map(|l| a.block[l]).collect(),
         cropped: a.output.iter().any(|l| a.blocks(*l) as usize * a.block[l] != a.size[l]),
     };
-    let padded: Vec<String> = indices.iter().filter(|i| i.padding > 0).map(|i| format!("{} (+{})", i.index, i.padding)).collect();
+    let padded: Vec<String> =
+        indices.iter().filter(|i| i.padding > 0).map(|i| format!("{} (+{})", i.index, i.padding)).collect();
     let padding = if padded.is_empty() {
         "every block size divides its index's size: no padding".to_string()
     } else {
@@ -1432,10 +1480,7 @@ mod tests {
         assert_eq!(s("ij->i", &[4, 6]), "(aggregate [0] matAdd (transform einSum(ij_i) A))");
         assert_eq!(s("ij->ji", &[4, 6]), "(rekey \"[k1, k0]\" (transform einSum(ij_ji) A))");
         assert_eq!(s("ij->ij", &[4, 6]), "(transform einSum(ij_ij) A)");
-        assert_eq!(
-            s("ii->i", &[4, 4]),
-            "(transform einSum(ii_i) (rekey \"[k0]\" (filter \"k0 == k1\" A)))"
-        );
+        assert_eq!(s("ii->i", &[4, 4]), "(transform einSum(ii_i) (rekey \"[k0]\" (filter \"k0 == k1\" A)))");
         assert_eq!(
             s("ii", &[4, 4]),
             "(aggregate [] matAdd (transform einSum(ii_) (rekey \"[k0]\" (filter \"k0 == k1\" A))))"

@@ -796,9 +796,8 @@ impl<'a> Parser<'a> {
                 // einSum's spec is a word of letters and `_`, kept as written.
                 None if name == EINSUM && is_spec_token(text) => text.to_string(),
                 None if name == EINSUM => {
-                    return Err(self.err(format!(
-                        "argument `{text}` of {name} is not a spec of letters and `_` like `ij_jk_ik`"
-                    )))
+                    return Err(self
+                        .err(format!("argument `{text}` of {name} is not a spec of letters and `_` like `ij_jk_ik`")))
                 }
                 None => return Err(self.err(format!("argument `{text}` of {name} is not a number"))),
             };
@@ -1391,7 +1390,9 @@ mod tests {
     #[test]
     fn einsum_kernel() {
         // Parsing keeps the spec as written; display re-parses to the same kernel.
-        for text in ["einSum(ij_jk_ik)", "einSum(ii_i)", "einSum(ii_)", "einSum(i_i_)", "einSum(_i_i)", "einSum(bij_bjk_bik)"] {
+        for text in
+            ["einSum(ij_jk_ik)", "einSum(ii_i)", "einSum(ii_)", "einSum(i_i_)", "einSum(_i_i)", "einSum(bij_bjk_bik)"]
+        {
             let kr = k(text);
             assert_eq!(kr.to_string(), text);
             assert_eq!(k(&kr.to_string()), kr);
@@ -1427,7 +1428,9 @@ mod tests {
         assert_eq!(sh("einSum(ii_i)", &[&[3, 3]]).unwrap(), vec![3]);
         assert_eq!(sh("einSum(ii_)", &[&[3, 3]]).unwrap(), Vec::<usize>::new());
         assert_eq!(sh("einSum(i_j_ij)", &[&[3], &[2]]).unwrap(), vec![3, 2]);
-        assert!(matches!(sh("einSum(ij_jk_ik)", &[&[4, 3], &[5, 2]]), Err(KernelError::BadShape(m)) if m.contains("`j` has size 3 and 5")));
+        assert!(
+            matches!(sh("einSum(ij_jk_ik)", &[&[4, 3], &[5, 2]]), Err(KernelError::BadShape(m)) if m.contains("`j` has size 3 and 5"))
+        );
         assert!(matches!(sh("einSum(ii_i)", &[&[3, 4]]), Err(KernelError::BadShape(_))));
         assert!(matches!(sh("einSum(ij_jk_ik)", &[&[4, 3, 1], &[3, 2]]), Err(KernelError::BadShape(_))));
         assert!(matches!(sh("einSum(ij_jk_ik)", &[&[4, 3]]), Err(KernelError::BadUse(_))));

@@ -232,10 +232,7 @@ impl CmpOp {
 }
 
 fn key_out_of_range(i: usize, key: &[u32]) -> EvalError {
-    EvalError(format!(
-        "k{i} is out of range for a key of arity {}",
-        key.len()
-    ))
+    EvalError(format!("k{i} is out of range for a key of arity {}", key.len()))
 }
 
 impl IntExpr {
@@ -253,10 +250,7 @@ impl IntExpr {
         let overflow = || EvalError(format!("arithmetic overflow in `{self}` for key {key:?}"));
         match self {
             IntExpr::Lit(v) => Ok(*v),
-            IntExpr::Key(i) => key
-                .get(*i)
-                .map(|&v| i64::from(v))
-                .ok_or_else(|| key_out_of_range(*i, key)),
+            IntExpr::Key(i) => key.get(*i).map(|&v| i64::from(v)).ok_or_else(|| key_out_of_range(*i, key)),
             IntExpr::Neg(e) => e.eval(key)?.checked_neg().ok_or_else(overflow),
             IntExpr::Sum(first, rest) => {
                 let mut acc = first.eval(key)?;
@@ -275,9 +269,7 @@ impl IntExpr {
                 for (op, e) in rest {
                     let v = e.eval(key)?;
                     if v == 0 && *op != MulOp::Mul {
-                        return Err(EvalError(format!(
-                            "division by zero in `{self}` for key {key:?}"
-                        )));
+                        return Err(EvalError(format!("division by zero in `{self}` for key {key:?}")));
                     }
                     acc = match op {
                         MulOp::Mul => acc.checked_mul(v),
@@ -296,12 +288,8 @@ impl IntExpr {
         match self {
             IntExpr::Lit(_) | IntExpr::Key(_) => Vec::new(),
             IntExpr::Neg(e) => vec![e],
-            IntExpr::Sum(first, rest) => std::iter::once(&**first)
-                .chain(rest.iter().map(|(_, e)| e))
-                .collect(),
-            IntExpr::Product(first, rest) => std::iter::once(&**first)
-                .chain(rest.iter().map(|(_, e)| e))
-                .collect(),
+            IntExpr::Sum(first, rest) => std::iter::once(&**first).chain(rest.iter().map(|(_, e)| e)).collect(),
+            IntExpr::Product(first, rest) => std::iter::once(&**first).chain(rest.iter().map(|(_, e)| e)).collect(),
         }
     }
 
@@ -322,22 +310,17 @@ impl IntExpr {
             IntExpr::Neg(e) => IntExpr::Neg(Box::new(e.subst(f)?)),
             IntExpr::Sum(first, rest) => IntExpr::Sum(
                 Box::new(first.subst(f)?),
-                rest.iter()
-                    .map(|(op, e)| Some((*op, e.subst(f)?)))
-                    .collect::<Option<_>>()?,
+                rest.iter().map(|(op, e)| Some((*op, e.subst(f)?))).collect::<Option<_>>()?,
             ),
             IntExpr::Product(first, rest) => IntExpr::Product(
                 Box::new(first.subst(f)?),
-                rest.iter()
-                    .map(|(op, e)| Some((*op, e.subst(f)?)))
-                    .collect::<Option<_>>()?,
+                rest.iter().map(|(op, e)| Some((*op, e.subst(f)?))).collect::<Option<_>>()?,
             ),
         })
     }
 
     fn remap(&self, f: &dyn Fn(usize) -> usize) -> IntExpr {
-        self.subst(&|i| Some(IntExpr::Key(f(i))))
-            .expect("renaming never fails")
+        self.subst(&|i| Some(IntExpr::Key(f(i)))).expect("renaming never fails")
     }
 
     /// Whether `child`, an operand of `self`, is written in parentheses.
@@ -353,12 +336,7 @@ impl IntExpr {
     /// (what the parser counts against [`MAX_NESTING`]).
     fn nesting(&self) -> usize {
         let own = usize::from(matches!(self, IntExpr::Neg(_)));
-        own + self
-            .children()
-            .into_iter()
-            .map(|c| usize::from(self.parenthesises(c)) + c.nesting())
-            .max()
-            .unwrap_or(0)
+        own + self.children().into_iter().map(|c| usize::from(self.parenthesises(c)) + c.nesting()).max().unwrap_or(0)
     }
 
     fn write_child(&self, f: &mut fmt::Formatter<'_>, child: &IntExpr) -> fmt::Result {
@@ -468,9 +446,7 @@ impl PredExpr {
                 r.collect_dims(out);
             }
             PredExpr::Not(e) => e.collect_dims(out),
-            PredExpr::And(items) | PredExpr::Or(items) => {
-                items.iter().for_each(|i| i.collect_dims(out))
-            }
+            PredExpr::And(items) | PredExpr::Or(items) => items.iter().for_each(|i| i.collect_dims(out)),
         }
     }
 
@@ -480,12 +456,8 @@ impl PredExpr {
             PredExpr::Const(b) => PredExpr::Const(*b),
             PredExpr::Cmp(op, l, r) => PredExpr::Cmp(*op, g(l)?, g(r)?),
             PredExpr::Not(e) => PredExpr::Not(Box::new(e.map_ints(g)?)),
-            PredExpr::And(items) => {
-                PredExpr::And(items.iter().map(|i| i.map_ints(g)).collect::<Option<_>>()?)
-            }
-            PredExpr::Or(items) => {
-                PredExpr::Or(items.iter().map(|i| i.map_ints(g)).collect::<Option<_>>()?)
-            }
+            PredExpr::And(items) => PredExpr::And(items.iter().map(|i| i.map_ints(g)).collect::<Option<_>>()?),
+            PredExpr::Or(items) => PredExpr::Or(items.iter().map(|i| i.map_ints(g)).collect::<Option<_>>()?),
         })
     }
 
@@ -495,10 +467,7 @@ impl PredExpr {
         match self {
             PredExpr::Or(_) => matches!(child, PredExpr::Or(_)),
             PredExpr::And(_) => matches!(child, PredExpr::Or(_) | PredExpr::And(_)),
-            PredExpr::Not(_) => matches!(
-                child,
-                PredExpr::Cmp(..) | PredExpr::Or(_) | PredExpr::And(_)
-            ),
+            PredExpr::Not(_) => matches!(child, PredExpr::Cmp(..) | PredExpr::Or(_) | PredExpr::And(_)),
             PredExpr::Const(_) | PredExpr::Cmp(..) => false,
         }
     }
@@ -510,9 +479,7 @@ impl PredExpr {
             PredExpr::Const(_) => 0,
             PredExpr::Cmp(_, l, r) => l.nesting().max(r.nesting()),
             PredExpr::Not(e) => 1 + with_paren(e),
-            PredExpr::And(items) | PredExpr::Or(items) => {
-                items.iter().map(with_paren).max().unwrap_or(0)
-            }
+            PredExpr::And(items) | PredExpr::Or(items) => items.iter().map(with_paren).max().unwrap_or(0),
         }
     }
 
@@ -535,11 +502,7 @@ impl fmt::Display for PredExpr {
                 self.write_child(f, e)
             }
             PredExpr::And(items) | PredExpr::Or(items) => {
-                let sep = if matches!(self, PredExpr::And(_)) {
-                    " && "
-                } else {
-                    " || "
-                };
+                let sep = if matches!(self, PredExpr::And(_)) { " && " } else { " || " };
                 for (n, item) in items.iter().enumerate() {
                     if n > 0 {
                         f.write_str(sep)?;
@@ -628,26 +591,15 @@ fn lex(src: &str) -> Vec<Token> {
         }
         let next = chars.get(i + 1).map(|&(_, c)| c);
         let (kind, len) = if c.is_ascii_digit() {
-            let n = chars[i..]
-                .iter()
-                .take_while(|(_, c)| c.is_ascii_digit())
-                .count();
+            let n = chars[i..].iter().take_while(|(_, c)| c.is_ascii_digit()).count();
             (Tok::Num, n)
         } else if c.is_alphabetic() || c == '_' {
-            let n = chars[i..]
-                .iter()
-                .take_while(|(_, c)| c.is_alphanumeric() || *c == '_')
-                .count();
+            let n = chars[i..].iter().take_while(|(_, c)| c.is_alphanumeric() || *c == '_').count();
             let word = &src[start..byte_at(i + n)];
             let kind = match word {
                 "true" => Tok::True,
                 "false" => Tok::False,
-                w if w.len() >= 2
-                    && w.starts_with('k')
-                    && w[1..].bytes().all(|b| b.is_ascii_digit()) =>
-                {
-                    Tok::Key
-                }
+                w if w.len() >= 2 && w.starts_with('k') && w[1..].bytes().all(|b| b.is_ascii_digit()) => Tok::Key,
                 _ => Tok::Word,
             };
             (kind, n)
@@ -676,20 +628,10 @@ fn lex(src: &str) -> Vec<Token> {
                 _ => (Tok::Bad, 1),
             }
         };
-        toks.push(Token {
-            kind,
-            col: i + 1,
-            start,
-            end: byte_at(i + len),
-        });
+        toks.push(Token { kind, col: i + 1, start, end: byte_at(i + len) });
         i += len;
     }
-    toks.push(Token {
-        kind: Tok::Eof,
-        col: chars.len() + 1,
-        start: src.len(),
-        end: src.len(),
-    });
+    toks.push(Token { kind: Tok::Eof, col: chars.len() + 1, start: src.len(), end: src.len() });
     toks
 }
 
@@ -782,13 +724,7 @@ struct Parser<'a> {
 
 impl<'a> Parser<'a> {
     fn new(src: &'a str, predicate: bool) -> Self {
-        Parser {
-            src,
-            toks: lex(src),
-            pos: 0,
-            nesting: 0,
-            predicate,
-        }
+        Parser { src, toks: lex(src), pos: 0, nesting: 0, predicate }
     }
 
     fn peek(&self) -> Tok {
@@ -834,11 +770,7 @@ impl<'a> Parser<'a> {
     #[cold]
     #[inline(never)]
     fn err_at(&self, idx: usize, expected: &str, found: &str) -> Box<ParseError> {
-        Box::new(ParseError {
-            column: self.toks[idx].col,
-            expected: expected.to_string(),
-            found: found.to_string(),
-        })
+        Box::new(ParseError { column: self.toks[idx].col, expected: expected.to_string(), found: found.to_string() })
     }
 
     /// The current token is not `expected`.
@@ -855,12 +787,8 @@ impl<'a> Parser<'a> {
     fn unexpected_after(&self, expected: &str) -> Box<ParseError> {
         let text = self.tok_text(self.pos);
         let hint = match self.peek() {
-            t if t.cmp_op().is_some() && self.predicate => {
-                " (comparisons do not chain: write a < b && b < c)"
-            }
-            t if !self.predicate
-                && (t.cmp_op().is_some() || matches!(t, Tok::AndAnd | Tok::OrOr)) =>
-            {
+            t if t.cmp_op().is_some() && self.predicate => " (comparisons do not chain: write a < b && b < c)",
+            t if !self.predicate && (t.cmp_op().is_some() || matches!(t, Tok::AndAnd | Tok::OrOr)) => {
                 " (a key component is an integer expression; comparisons belong in predicates)"
             }
             Tok::DotDot => " (a range component is written lo..hi with plain numbers, inside [ ])",
@@ -869,11 +797,7 @@ impl<'a> Parser<'a> {
             Tok::Bad if text == "|" => " (write || for `or`)",
             _ => "",
         };
-        self.err_at(
-            self.pos,
-            &format!("{expected}{hint}"),
-            &self.found(self.pos),
-        )
+        self.err_at(self.pos, &format!("{expected}{hint}"), &self.found(self.pos))
     }
 
     /// Consume a `kind` token that follows a complete expression.
@@ -901,10 +825,7 @@ impl<'a> Parser<'a> {
         self.err_at(
             self.pos,
             &format!("at most {MAX_NESTING} levels of nesting"),
-            &format!(
-                "`{}`: expression nested too deeply (more than {MAX_NESTING} levels)",
-                self.tok_text(self.pos)
-            ),
+            &format!("`{}`: expression nested too deeply (more than {MAX_NESTING} levels)", self.tok_text(self.pos)),
         )
     }
 
@@ -926,10 +847,7 @@ impl<'a> Parser<'a> {
         match node.val {
             Val::Bool(e) => Ok(*e),
             Val::Int(_) => {
-                if !matches!(
-                    self.peek(),
-                    Tok::Eof | Tok::AndAnd | Tok::OrOr | Tok::RParen
-                ) {
+                if !matches!(self.peek(), Tok::Eof | Tok::AndAnd | Tok::OrOr | Tok::RParen) {
                     // `k0 = 1`, `k0 k1`: the comparison operator is what is missing.
                     return Err(self.unexpected_after(CMP_OPS));
                 }
@@ -942,11 +860,7 @@ impl<'a> Parser<'a> {
     #[cold]
     #[inline(never)]
     fn type_error(&self, first: usize, end: usize, expected: &str, what: &str) -> Box<ParseError> {
-        self.err_at(
-            first,
-            expected,
-            &format!("{what} `{}`", self.span_text(first, end)),
-        )
+        self.err_at(first, expected, &format!("{what} `{}`", self.span_text(first, end)))
     }
 
     /// The binary operator at the current token, if any (only arithmetic when
@@ -1001,12 +915,7 @@ impl<'a> Parser<'a> {
                 _ => {
                     let first = cur.first;
                     let arg = self.operand(prec, cur)?;
-                    chains.push(Chain {
-                        prec,
-                        first,
-                        ops: vec![op],
-                        args: vec![arg],
-                    });
+                    chains.push(Chain { prec, first, ops: vec![op], args: vec![arg] });
                 }
             }
             self.bump();
@@ -1021,12 +930,7 @@ impl<'a> Parser<'a> {
     /// Finish an operator chain with its last operand.
     #[inline(never)]
     fn close(&self, chain: Chain, last: Node) -> PResult<Node> {
-        let Chain {
-            prec,
-            first,
-            ops,
-            mut args,
-        } = chain;
+        let Chain { prec, first, ops, mut args } = chain;
         args.push(self.operand(prec, last)?);
         let val = if prec <= PREC_AND {
             let items = args
@@ -1036,11 +940,7 @@ impl<'a> Parser<'a> {
                     Val::Int(_) => unreachable!("operands are type-checked"),
                 })
                 .collect();
-            Val::Bool(Box::new(if prec == PREC_OR {
-                mk_or(items)
-            } else {
-                mk_and(items)
-            }))
+            Val::Bool(Box::new(if prec == PREC_OR { mk_or(items) } else { mk_and(items) }))
         } else {
             let mut ints = args.into_iter().map(|a| match a {
                 Val::Int(e) => *e,
@@ -1048,11 +948,7 @@ impl<'a> Parser<'a> {
             });
             let head = ints.next().expect("a chain has operands");
             match ops[0] {
-                BinOp::Cmp(op) => Val::Bool(Box::new(PredExpr::Cmp(
-                    op,
-                    head,
-                    ints.next().expect("two operands"),
-                ))),
+                BinOp::Cmp(op) => Val::Bool(Box::new(PredExpr::Cmp(op, head, ints.next().expect("two operands")))),
                 BinOp::Add(_) => Val::Int(Box::new(IntExpr::Sum(
                     Box::new(head),
                     ops.iter()
@@ -1076,11 +972,7 @@ impl<'a> Parser<'a> {
                 BinOp::Or | BinOp::And => unreachable!("boolean chains are handled above"),
             }
         };
-        Ok(Node {
-            val,
-            first,
-            end: self.pos,
-        })
+        Ok(Node { val, first, end: self.pos })
     }
 
     /// A prefix operator application or an atom. `min` is the precedence
@@ -1115,11 +1007,7 @@ impl<'a> Parser<'a> {
             }
             _ => return self.parse_leaf(min),
         };
-        Ok(Node {
-            val,
-            first: start,
-            end: self.pos,
-        })
+        Ok(Node { val, first: start, end: self.pos })
     }
 
     /// A number, a key component, `true` or `false`.
@@ -1129,24 +1017,16 @@ impl<'a> Parser<'a> {
         let val = match self.peek() {
             Tok::Num => {
                 let text = self.tok_text(start);
-                let v = text.parse::<i64>().map_err(|_| {
-                    self.err_at(
-                        start,
-                        &format!("a number no larger than {}", i64::MAX),
-                        text,
-                    )
-                })?;
+                let v = text
+                    .parse::<i64>()
+                    .map_err(|_| self.err_at(start, &format!("a number no larger than {}", i64::MAX), text))?;
                 self.bump();
                 Val::Int(Box::new(IntExpr::Lit(v)))
             }
             Tok::Key => {
                 let text = self.tok_text(start);
                 let i = text[1..].parse::<usize>().map_err(|_| {
-                    self.err_at(
-                        start,
-                        &format!("a key component index no larger than {}", usize::MAX),
-                        text,
-                    )
+                    self.err_at(start, &format!("a key component index no larger than {}", usize::MAX), text)
                 })?;
                 self.bump();
                 Val::Int(Box::new(IntExpr::Key(i)))
@@ -1156,19 +1036,9 @@ impl<'a> Parser<'a> {
                 self.bump();
                 Val::Bool(Box::new(PredExpr::Const(b)))
             }
-            _ => {
-                return Err(self.unexpected(if self.predicate && min <= PREC_CMP {
-                    PRED_START
-                } else {
-                    INT_START
-                }))
-            }
+            _ => return Err(self.unexpected(if self.predicate && min <= PREC_CMP { PRED_START } else { INT_START })),
         };
-        Ok(Node {
-            val,
-            first: start,
-            end: self.pos,
-        })
+        Ok(Node { val, first: start, end: self.pos })
     }
 
     /// `INT '..' INT` (the caller saw `Num DotDot`) or an integer expression.
@@ -1182,13 +1052,8 @@ impl<'a> Parser<'a> {
             let hi_idx = self.bump();
             let bound = |idx: usize| {
                 let text = self.tok_text(idx);
-                text.parse::<u32>().map_err(|_| {
-                    self.err_at(
-                        idx,
-                        &format!("a range bound no larger than {}", u32::MAX),
-                        text,
-                    )
-                })
+                text.parse::<u32>()
+                    .map_err(|_| self.err_at(idx, &format!("a range bound no larger than {}", u32::MAX), text))
             };
             let (lo, hi) = (bound(lo_idx)?, bound(hi_idx)?);
             if lo >= hi {
@@ -1212,14 +1077,11 @@ impl<'a> Parser<'a> {
             let n = self.parse_expr(PREC_ADD)?;
             let e = self.need_int(n)?;
             if self.peek() == Tok::Comma {
-                return Err(self.unexpected(
-                    "end of input (a key with several components is written in brackets, like [k0, k1])",
-                ));
+                return Err(self
+                    .unexpected("end of input (a key with several components is written in brackets, like [k0, k1])"));
             }
             self.expect_after(Tok::Eof, "end of input")?;
-            return Ok(KeyFn {
-                components: vec![Component::Expr(e)],
-            });
+            return Ok(KeyFn { components: vec![Component::Expr(e)] });
         }
         self.bump();
         let mut components = Vec::new();
@@ -1259,21 +1121,14 @@ impl KeyFn {
     }
     /// `[k0, ..., k{arity-1}]`.
     pub fn identity(arity: usize) -> KeyFn {
-        KeyFn {
-            components: (0..arity)
-                .map(|i| Component::Expr(IntExpr::Key(i)))
-                .collect(),
-        }
+        KeyFn { components: (0..arity).map(|i| Component::Expr(IntExpr::Key(i))).collect() }
     }
     /// Identity with a range component `0..n` inserted at position `dim`.
     ///
     /// # Panics
     /// When `dim > arity` or `n == 0` (an empty range is not a key expression).
     pub fn replicate(arity: usize, dim: usize, n: u32) -> KeyFn {
-        assert!(
-            dim <= arity,
-            "KeyFn::replicate: dim {dim} is beyond arity {arity}"
-        );
+        assert!(dim <= arity, "KeyFn::replicate: dim {dim} is beyond arity {arity}");
         assert!(n > 0, "KeyFn::replicate: the range 0..0 is empty");
         let mut k = KeyFn::identity(arity);
         k.components.insert(dim, Component::Range(0, n));
@@ -1316,9 +1171,7 @@ impl KeyFn {
     }
     /// Whether some component is a range.
     pub fn has_ranges(&self) -> bool {
-        self.components
-            .iter()
-            .any(|c| matches!(c, Component::Range(..)))
+        self.components.iter().any(|c| matches!(c, Component::Range(..)))
     }
     /// The output keys for one input key, ranges enumerated in lexicographic order.
     pub fn eval(&self, key: &[u32]) -> Result<Vec<Key>, EvalError> {
@@ -1335,9 +1188,7 @@ impl KeyFn {
                         } else {
                             format!("key components must be at most {}", u32::MAX)
                         };
-                        EvalError(format!(
-                            "component {pos} of `{self}` is {v} for key {key:?}: {why}"
-                        ))
+                        EvalError(format!("component {pos} of `{self}` is {v} for key {key:?}: {why}"))
                     })?;
                     Some(v)
                 }
@@ -1367,11 +1218,7 @@ impl KeyFn {
     /// True when this is `[k0, ..., k{arity-1}]`.
     pub fn is_identity(&self, arity: usize) -> bool {
         self.components.len() == arity
-            && self
-                .components
-                .iter()
-                .enumerate()
-                .all(|(i, c)| *c == Component::Expr(IntExpr::Key(i)))
+            && self.components.iter().enumerate().all(|(i, c)| *c == Component::Expr(IntExpr::Key(i)))
     }
     /// Per output component, `Some(i)` when it is exactly `ki`.
     pub fn passthrough(&self) -> Vec<Option<usize>> {
@@ -1410,19 +1257,14 @@ impl KeyFn {
                     }
                     ic.clone()
                 }
-                Component::Expr(e) => {
-                    Component::Expr(e.subst(&|i| match inner.components.get(i)? {
-                        Component::Expr(ie) => Some(ie.clone()),
-                        Component::Range(..) => None,
-                    })?)
-                }
+                Component::Expr(e) => Component::Expr(e.subst(&|i| match inner.components.get(i)? {
+                    Component::Expr(ie) => Some(ie.clone()),
+                    Component::Range(..) => None,
+                })?),
             });
         }
-        let ranges_ok = inner
-            .components
-            .iter()
-            .zip(&range_uses)
-            .all(|(c, &uses)| !matches!(c, Component::Range(..)) || uses == 1);
+        let ranges_ok =
+            inner.components.iter().zip(&range_uses).all(|(c, &uses)| !matches!(c, Component::Range(..)) || uses == 1);
         let k = KeyFn { components };
         (ranges_ok && k.nesting() <= MAX_NESTING).then_some(k)
     }
@@ -1459,9 +1301,7 @@ impl Predicate {
     }
     /// `true`.
     pub fn always() -> Predicate {
-        Predicate {
-            expr: PredExpr::Const(true),
-        }
+        Predicate { expr: PredExpr::Const(true) }
     }
     /// True when this is literally `true`.
     pub fn is_always(&self) -> bool {
@@ -1507,12 +1347,7 @@ impl Predicate {
     }
     /// Rename every `ki` to `k{f(i)}`.
     pub fn remap(&self, f: &dyn Fn(usize) -> usize) -> Predicate {
-        Predicate {
-            expr: self
-                .expr
-                .map_ints(&|e| Some(e.remap(f)))
-                .expect("renaming never fails"),
-        }
+        Predicate { expr: self.expr.map_ints(&|e| Some(e.remap(f))).expect("renaming never fails") }
     }
     /// The predicate read through a key map: `p(f(k))`, when `f` has no ranges.
     ///
@@ -1564,8 +1399,7 @@ impl serde::Serialize for KeyFn {
 impl<'de> serde::Deserialize<'de> for KeyFn {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let s = String::deserialize(d)?;
-        KeyFn::parse(&s)
-            .map_err(|e| serde::de::Error::custom(format!("bad key expression `{s}`: {e}")))
+        KeyFn::parse(&s).map_err(|e| serde::de::Error::custom(format!("bad key expression `{s}`: {e}")))
     }
 }
 impl serde::Serialize for Predicate {
@@ -1576,8 +1410,7 @@ impl serde::Serialize for Predicate {
 impl<'de> serde::Deserialize<'de> for Predicate {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let s = String::deserialize(d)?;
-        Predicate::parse(&s)
-            .map_err(|e| serde::de::Error::custom(format!("bad predicate `{s}`: {e}")))
+        Predicate::parse(&s).map_err(|e| serde::de::Error::custom(format!("bad predicate `{s}`: {e}")))
     }
 }
 
@@ -1599,11 +1432,7 @@ mod tests {
         Predicate::parse(s).expect_err(s)
     }
     fn pe(column: usize, expected: &str, found: &str) -> ParseError {
-        ParseError {
-            column,
-            expected: expected.into(),
-            found: found.into(),
-        }
+        ParseError { column, expected: expected.into(), found: found.into() }
     }
 
     #[test]
@@ -1627,24 +1456,15 @@ mod tests {
         assert_eq!(k("[((2)*(k0)) + k1]"), f);
 
         let f = k("[k0, k1, 0..4]");
-        assert_eq!(
-            f.eval(&[1, 2]).unwrap(),
-            vec![vec![1, 2, 0], vec![1, 2, 1], vec![1, 2, 2], vec![1, 2, 3]]
-        );
+        assert_eq!(f.eval(&[1, 2]).unwrap(), vec![vec![1, 2, 0], vec![1, 2, 1], vec![1, 2, 2], vec![1, 2, 3]]);
         assert_eq!(f.fanout(), 4);
         assert_eq!(f.output_arity(), 3);
         assert_eq!(f.passthrough(), vec![Some(0), Some(1), None]);
         assert!(f.has_ranges());
         assert_eq!(f.to_string(), "[k0, k1, 0..4]");
 
-        assert_eq!(
-            k("[k0, 0..2, k1]").eval(&[5, 7]).unwrap(),
-            vec![vec![5, 0, 7], vec![5, 1, 7]]
-        );
-        assert_eq!(
-            k("[0..2, 3..5]").eval(&[]).unwrap(),
-            vec![vec![0, 3], vec![0, 4], vec![1, 3], vec![1, 4]]
-        );
+        assert_eq!(k("[k0, 0..2, k1]").eval(&[5, 7]).unwrap(), vec![vec![5, 0, 7], vec![5, 1, 7]]);
+        assert_eq!(k("[0..2, 3..5]").eval(&[]).unwrap(), vec![vec![0, 3], vec![0, 4], vec![1, 3], vec![1, 4]]);
         assert_eq!(k("[1..3, k0, 0..3]").fanout(), 6);
 
         let empty = k("[]");
@@ -1655,12 +1475,7 @@ mod tests {
         assert_eq!(k("[ k0 , k1 , ]"), k("[k0, k1]"));
         assert_eq!(k("[k12]").dims_read(), BTreeSet::from([12]));
 
-        assert_eq!(
-            k("[k0 % 3, k0 / 3, k1 - k0 + 1, --k0]")
-                .eval(&[7, 9])
-                .unwrap(),
-            vec![vec![1, 2, 3, 7]]
-        );
+        assert_eq!(k("[k0 % 3, k0 / 3, k1 - k0 + 1, --k0]").eval(&[7, 9]).unwrap(), vec![vec![1, 2, 3, 7]]);
     }
 
     #[test]
@@ -1680,22 +1495,11 @@ mod tests {
         // Parentheses around integers and around conditions.
         assert!(p("(k0 + 1) == k1").eval(&[1, 2]).unwrap());
         assert!(p("(k0 == k1)").eval(&[2, 2]).unwrap());
-        assert!(p("((k0 + 1) * 2 == k1) && (k1 > (k0))")
-            .eval(&[1, 4])
-            .unwrap());
+        assert!(p("((k0 + 1) * 2 == k1) && (k1 > (k0))").eval(&[1, 4]).unwrap());
         assert_eq!(p("((k0 == 1))"), p("k0 == 1"));
-        assert_eq!(
-            p("(k0 < 1 && k1 < 2) && k2 < 3"),
-            p("k0 < 1 && (k1 < 2 && k2 < 3)")
-        );
-        assert_eq!(
-            p("(k0 < 1 && k1 < 2) && k2 < 3").to_string(),
-            "k0 < 1 && k1 < 2 && k2 < 3"
-        );
-        assert_eq!(
-            p("(k0 < 1 || k1 < 2) && k2 < 3").to_string(),
-            "(k0 < 1 || k1 < 2) && k2 < 3"
-        );
+        assert_eq!(p("(k0 < 1 && k1 < 2) && k2 < 3"), p("k0 < 1 && (k1 < 2 && k2 < 3)"));
+        assert_eq!(p("(k0 < 1 && k1 < 2) && k2 < 3").to_string(), "k0 < 1 && k1 < 2 && k2 < 3");
+        assert_eq!(p("(k0 < 1 || k1 < 2) && k2 < 3").to_string(), "(k0 < 1 || k1 < 2) && k2 < 3");
         assert_eq!(p("!k0 == 1"), p("!(k0 == 1)"));
         assert_eq!(p("!!true").to_string(), "!!true");
         assert!(p("true").is_always());
@@ -1717,14 +1521,7 @@ mod tests {
         }
 
         // Euclidean division and remainder.
-        for src in [
-            "-7 / 2 == -4",
-            "-7 % 2 == 1",
-            "7 / -2 == -3",
-            "7 % -2 == 1",
-            "-7 / -2 == 4",
-            "-7 % -2 == 1",
-        ] {
+        for src in ["-7 / 2 == -4", "-7 % 2 == 1", "7 / -2 == -3", "7 % -2 == 1", "-7 / -2 == 4", "-7 % -2 == 1"] {
             assert!(p(src).eval(&[]).unwrap(), "{src}");
         }
         // Short-circuit: no division by zero.
@@ -1734,19 +1531,10 @@ mod tests {
 
     #[test]
     fn key_expression_parse_errors() {
-        assert_eq!(
-            kerr("[k0, 2*]"),
-            pe(8, "a number, a key component like k0, or (", "]")
-        );
+        assert_eq!(kerr("[k0, 2*]"), pe(8, "a number, a key component like k0, or (", "]"));
         assert_eq!(kerr("[k0 k1]"), pe(5, "`,` or `]`", "k1"));
-        assert_eq!(
-            kerr(""),
-            pe(1, "a key expression like [k0, k1]", "end of input")
-        );
-        assert_eq!(
-            kerr("   "),
-            pe(4, "a key expression like [k0, k1]", "end of input")
-        );
+        assert_eq!(kerr(""), pe(1, "a key expression like [k0, k1]", "end of input"));
+        assert_eq!(kerr("   "), pe(4, "a key expression like [k0, k1]", "end of input"));
         assert_eq!(kerr("[k0"), pe(4, "`,` or `]`", "end of input"));
         assert_eq!(kerr("[,]"), pe(2, INT_START, ","));
         assert_eq!(kerr("[k0,,]"), pe(5, INT_START, ","));
@@ -1755,53 +1543,21 @@ mod tests {
         assert_eq!(kerr("[true]"), pe(2, INT_START, "true"));
         assert_eq!(kerr("[k0] k1"), pe(6, "end of input", "k1"));
         assert_eq!(kerr("[(k0 + 1]"), pe(9, "`)`", "]"));
-        assert_eq!(
-            kerr("[3..3]"),
-            pe(
-                2,
-                "a non-empty range (its start must be smaller than its end)",
-                "3..3"
-            )
-        );
-        assert_eq!(
-            kerr("[k0, 4 .. 2]"),
-            pe(
-                6,
-                "a non-empty range (its start must be smaller than its end)",
-                "4 .. 2"
-            )
-        );
-        assert_eq!(
-            kerr("[0..x]"),
-            pe(5, "a number (the end of the range)", "x")
-        );
-        assert_eq!(
-            kerr("[0..4294967296]"),
-            pe(5, "a range bound no larger than 4294967295", "4294967296")
-        );
+        assert_eq!(kerr("[3..3]"), pe(2, "a non-empty range (its start must be smaller than its end)", "3..3"));
+        assert_eq!(kerr("[k0, 4 .. 2]"), pe(6, "a non-empty range (its start must be smaller than its end)", "4 .. 2"));
+        assert_eq!(kerr("[0..x]"), pe(5, "a number (the end of the range)", "x"));
+        assert_eq!(kerr("[0..4294967296]"), pe(5, "a range bound no larger than 4294967295", "4294967296"));
         assert_eq!(
             kerr("[k0 + 9223372036854775808]"),
-            pe(
-                7,
-                "a number no larger than 9223372036854775807",
-                "9223372036854775808"
-            )
+            pe(7, "a number no larger than 9223372036854775807", "9223372036854775808")
         );
-        assert_eq!(
-            kerr("[k0, «]"),
-            pe(6, INT_START, "«"),
-            "columns count characters, not bytes"
-        );
+        assert_eq!(kerr("[k0, «]"), pe(6, INT_START, "«"), "columns count characters, not bytes");
         assert_eq!(kerr("[é k0]"), pe(2, INT_START, "é"));
 
         // Comparisons are not key components.
         let e = kerr("[k0 == 1]");
         assert_eq!((e.column, e.found.as_str()), (5, "=="));
-        assert!(
-            e.expected
-                .starts_with("`,` or `]` (a key component is an integer expression"),
-            "{e}"
-        );
+        assert!(e.expected.starts_with("`,` or `]` (a key component is an integer expression"), "{e}");
         // Ranges must be plain and bracketed.
         let e = kerr("0..4");
         assert_eq!((e.column, e.found.as_str()), (2, ".."));
@@ -1812,63 +1568,33 @@ mod tests {
         assert_eq!((e.column, e.found.as_str()), (3, ","));
         assert!(e.expected.contains("written in brackets"), "{e}");
 
-        assert_eq!(
-            kerr("[k0, 2*]").to_string(),
-            "column 8: expected a number, a key component like k0, or (, found ]"
-        );
+        assert_eq!(kerr("[k0, 2*]").to_string(), "column 8: expected a number, a key component like k0, or (, found ]");
     }
 
     #[test]
     fn predicate_parse_errors() {
         assert_eq!(perr(""), pe(1, PRED_START, "end of input"));
-        assert_eq!(
-            perr("k0 + 1"),
-            pe(1, NEED_BOOL, "the integer expression `k0 + 1`")
-        );
+        assert_eq!(perr("k0 + 1"), pe(1, NEED_BOOL, "the integer expression `k0 + 1`"));
         assert!(perr("k0 + 1").to_string().contains("expected a comparison"));
-        assert_eq!(
-            perr("k0 == 1 && k1"),
-            pe(12, NEED_BOOL, "the integer expression `k1`")
-        );
-        assert_eq!(
-            perr("!(k0 + 1)"),
-            pe(2, NEED_BOOL, "the integer expression `(k0 + 1)`")
-        );
+        assert_eq!(perr("k0 == 1 && k1"), pe(12, NEED_BOOL, "the integer expression `k1`"));
+        assert_eq!(perr("!(k0 + 1)"), pe(2, NEED_BOOL, "the integer expression `(k0 + 1)`"));
         assert_eq!(perr("true + 1"), pe(1, NEED_INT, "the condition `true`"));
-        assert_eq!(
-            perr("(k0 == 1) == 1"),
-            pe(1, NEED_INT, "the condition `(k0 == 1)`")
-        );
-        assert_eq!(
-            perr("k0 == (k1 < 2)"),
-            pe(7, NEED_INT, "the condition `(k1 < 2)`")
-        );
-        assert_eq!(
-            perr("-(k0 < 2) < 1"),
-            pe(2, NEED_INT, "the condition `(k0 < 2)`")
-        );
+        assert_eq!(perr("(k0 == 1) == 1"), pe(1, NEED_INT, "the condition `(k0 == 1)`"));
+        assert_eq!(perr("k0 == (k1 < 2)"), pe(7, NEED_INT, "the condition `(k1 < 2)`"));
+        assert_eq!(perr("-(k0 < 2) < 1"), pe(2, NEED_INT, "the condition `(k0 < 2)`"));
         assert_eq!(perr("k0 == "), pe(7, INT_START, "end of input"));
         assert_eq!(perr("k0 == 1 &&"), pe(11, PRED_START, "end of input"));
-        assert_eq!(
-            perr("k0 == 1 k2"),
-            pe(9, "`&&`, `||` or end of input", "k2")
-        );
+        assert_eq!(perr("k0 == 1 k2"), pe(9, "`&&`, `||` or end of input", "k2"));
         assert_eq!(perr("(k0 == 1"), pe(9, "`)`", "end of input"));
         assert_eq!(perr("k0 k1"), pe(4, CMP_OPS, "k1"));
-        assert_eq!(
-            perr("k0 == 1 & k1 == 2"),
-            pe(9, "`&&`, `||` or end of input (write && for `and`)", "&")
-        );
+        assert_eq!(perr("k0 == 1 & k1 == 2"), pe(9, "`&&`, `||` or end of input (write && for `and`)", "&"));
 
         let e = perr("k0 < k1 < k2");
         assert_eq!((e.column, e.found.as_str()), (9, "<"));
         assert!(e.expected.contains("comparisons do not chain"), "{e}");
         let e = perr("k0 = 1");
         assert_eq!((e.column, e.found.as_str()), (4, "="));
-        assert!(
-            e.expected.starts_with("a comparison operator") && e.expected.contains("write =="),
-            "{e}"
-        );
+        assert!(e.expected.starts_with("a comparison operator") && e.expected.contains("write =="), "{e}");
         let e = perr("k0 == 1 && k1 = 2");
         assert_eq!((e.column, e.found.as_str()), (15, "="));
     }
@@ -1888,11 +1614,7 @@ mod tests {
         ] {
             let e = if pred { perr(&src) } else { kerr(&src) };
             assert_eq!(e.expected, too_deep, "{e}");
-            assert!(
-                e.found
-                    .contains("expression nested too deeply (more than 256 levels)"),
-                "{e}"
-            );
+            assert!(e.found.contains("expression nested too deeply (more than 256 levels)"), "{e}");
         }
         assert_eq!(kerr(&"(".repeat(10_000)).column, MAX_NESTING + 1);
 
@@ -1900,34 +1622,18 @@ mod tests {
         let ok = format!("{}k0{}", "(".repeat(MAX_NESTING), ")".repeat(MAX_NESTING));
         assert_eq!(k(&ok), k("k0"));
         assert_eq!(p(&format!("{ok} == 1")), p("k0 == 1"));
-        let ok = format!(
-            "{}(k0 == 1){}",
-            "(".repeat(MAX_NESTING - 1),
-            ")".repeat(MAX_NESTING - 1)
-        );
+        let ok = format!("{}(k0 == 1){}", "(".repeat(MAX_NESTING - 1), ")".repeat(MAX_NESTING - 1));
         assert_eq!(p(&ok), p("k0 == 1"));
-        assert_eq!(
-            k(&format!("{}k0", "-".repeat(MAX_NESTING)))
-                .to_string()
-                .len(),
-            MAX_NESTING + 4
-        );
+        assert_eq!(k(&format!("{}k0", "-".repeat(MAX_NESTING))).to_string().len(), MAX_NESTING + 4);
 
         // Parsing stays well within a small stack, even for the worst mix of
         // operators at every level.
         let worst = format!("{}k0", "true || true && k0 == k0 + k0*(".repeat(10_000));
-        let at_limit = format!(
-            "{}k0 == 1{}",
-            "(".repeat(MAX_NESTING),
-            ")".repeat(MAX_NESTING)
-        );
+        let at_limit = format!("{}k0 == 1{}", "(".repeat(MAX_NESTING), ")".repeat(MAX_NESTING));
         std::thread::Builder::new()
             .stack_size(1 << 20)
             .spawn(move || {
-                assert!(Predicate::parse(&worst)
-                    .unwrap_err()
-                    .found
-                    .contains("nested too deeply"));
+                assert!(Predicate::parse(&worst).unwrap_err().found.contains("nested too deeply"));
                 assert!(Predicate::parse(&at_limit).is_ok());
             })
             .unwrap()
@@ -1948,10 +1654,7 @@ mod tests {
     #[test]
     fn eval_errors() {
         let err = |f: &str, key: &[u32]| k(f).eval(key).unwrap_err().0;
-        assert_eq!(
-            err("[k3]", &[1, 2]),
-            "k3 is out of range for a key of arity 2"
-        );
+        assert_eq!(err("[k3]", &[1, 2]), "k3 is out of range for a key of arity 2");
         assert_eq!(
             err("[k0 - 1]", &[0]),
             "component 0 of `[k0 - 1]` is -1 for key [0]: key components must be natural numbers"
@@ -1960,30 +1663,16 @@ mod tests {
             err("[k0, k0 + 4294967295]", &[1]),
             "component 1 of `[k0, k0 + 4294967295]` is 4294967296 for key [1]: key components must be at most 4294967295"
         );
-        assert_eq!(
-            err("[k0 / k1]", &[1, 0]),
-            "division by zero in `k0/k1` for key [1, 0]"
-        );
-        assert_eq!(
-            err("[k0 + 3 % (k1 - 1)]", &[1, 1]),
-            "division by zero in `3%(k1 - 1)` for key [1, 1]"
-        );
-        assert!(err("[k0*4294967295*4294967295*4294967295]", &[4294967295])
-            .starts_with("arithmetic overflow in `"));
-        assert!(err("[-(0 - 9223372036854775807 - 1), k0]", &[])
-            .starts_with("arithmetic overflow in `-(0 - "));
+        assert_eq!(err("[k0 / k1]", &[1, 0]), "division by zero in `k0/k1` for key [1, 0]");
+        assert_eq!(err("[k0 + 3 % (k1 - 1)]", &[1, 1]), "division by zero in `3%(k1 - 1)` for key [1, 1]");
+        assert!(err("[k0*4294967295*4294967295*4294967295]", &[4294967295]).starts_with("arithmetic overflow in `"));
+        assert!(err("[-(0 - 9223372036854775807 - 1), k0]", &[]).starts_with("arithmetic overflow in `-(0 - "));
         assert!(err("[(0 - 9223372036854775807 - 1) / -1]", &[]).starts_with("arithmetic overflow"));
         // Intermediate values may be negative.
         assert_eq!(k("[k0 - 5 + k1]").eval(&[1, 5]).unwrap(), vec![vec![1]]);
 
-        assert_eq!(
-            p("k5 == 1").eval(&[1]).unwrap_err().0,
-            "k5 is out of range for a key of arity 1"
-        );
-        assert_eq!(
-            p("k0 % k1 == 0").eval(&[1, 0]).unwrap_err().0,
-            "division by zero in `k0%k1` for key [1, 0]"
-        );
+        assert_eq!(p("k5 == 1").eval(&[1]).unwrap_err().0, "k5 is out of range for a key of arity 1");
+        assert_eq!(p("k0 % k1 == 0").eval(&[1, 0]).unwrap_err().0, "division by zero in `k0%k1` for key [1, 0]");
         assert!(p("k0 - 9 < 0").eval(&[1]).unwrap());
     }
 
@@ -1996,10 +1685,7 @@ mod tests {
         assert_eq!(KeyFn::replicate(2, 1, 4), k("[k0, 0..4, k1]"));
         assert_eq!(KeyFn::replicate(2, 2, 3), k("[k0, k1, 0..3]"));
         assert_eq!(KeyFn::replicate(0, 0, 1), k("[0..1]"));
-        assert_eq!(
-            KeyFn::replicate(1, 0, 2).eval(&[9]).unwrap(),
-            vec![vec![0, 9], vec![1, 9]]
-        );
+        assert_eq!(KeyFn::replicate(1, 0, 2).eval(&[9]).unwrap(), vec![vec![0, 9], vec![1, 9]]);
     }
 
     #[test]
@@ -2007,10 +1693,7 @@ mod tests {
         let c = |a: &str, b: &str| k(a).compose(&k(b)).map(|f| f.to_string());
         assert_eq!(c("[k0]", "[k1, k0]").as_deref(), Some("[k1]"));
         assert_eq!(c("[2*k0 + k1]", "[k1, k0]").as_deref(), Some("[2*k1 + k0]"));
-        assert_eq!(
-            c("[k0 + 1]", "[k0 + k1]").as_deref(),
-            Some("[(k0 + k1) + 1]")
-        );
+        assert_eq!(c("[k0 + 1]", "[k0 + k1]").as_deref(), Some("[(k0 + k1) + 1]"));
         assert_eq!(c("[k0*2]", "[k0 + k1]").as_deref(), Some("[(k0 + k1)*2]"));
         assert_eq!(c("[-k0]", "[k0 - 1]").as_deref(), Some("[-(k0 - 1)]"));
         assert_eq!(c("[k0, k0]", "[k1*3]").as_deref(), Some("[k1*3, k1*3]"));
@@ -2020,27 +1703,12 @@ mod tests {
         assert_eq!(c("[k0, 0..2]", "[k1]").as_deref(), Some("[k1, 0..2]"));
         // Ranges of the inner expression: passed through exactly once.
         assert_eq!(c("[k1, k0]", "[k0, 0..3]").as_deref(), Some("[0..3, k0]"));
-        assert_eq!(
-            c("[k0, k1 + 1, k2]", "[k0, 5..7, k1]"),
-            None,
-            "a range in arithmetic"
-        );
-        assert_eq!(
-            c("[k0, k2, k1]", "[k0, 5..7, k1]").as_deref(),
-            Some("[k0, k1, 5..7]")
-        );
-        assert_eq!(
-            c("[k0]", "[k0, 0..3]"),
-            None,
-            "dropping a range duplicates keys"
-        );
+        assert_eq!(c("[k0, k1 + 1, k2]", "[k0, 5..7, k1]"), None, "a range in arithmetic");
+        assert_eq!(c("[k0, k2, k1]", "[k0, 5..7, k1]").as_deref(), Some("[k0, k1, 5..7]"));
+        assert_eq!(c("[k0]", "[k0, 0..3]"), None, "dropping a range duplicates keys");
         assert_eq!(c("[k1, k1]", "[k0, 0..3]"), None, "a range used twice");
         assert_eq!(c("[k1 + 1]", "[k0, 0..3]"), None, "a range in arithmetic");
-        assert_eq!(
-            c("[k1, k1 + 1]", "[k0, 0..3]"),
-            None,
-            "a range in arithmetic"
-        );
+        assert_eq!(c("[k1, k1 + 1]", "[k0, 0..3]"), None, "a range in arithmetic");
 
         // Identity is neutral.
         let f = k("[k1 % 4, 0..2, 3*k0]");
@@ -2051,12 +1719,7 @@ mod tests {
         let outer = k("[k0 + 1, k1, k0 / 2, 0..2]");
         let inner = k("[k0, 0..3]");
         let composed = outer.compose(&inner).expect("composable");
-        let mut two_step: Vec<Key> = inner
-            .eval(&[8])
-            .unwrap()
-            .iter()
-            .flat_map(|x| outer.eval(x).unwrap())
-            .collect();
+        let mut two_step: Vec<Key> = inner.eval(&[8]).unwrap().iter().flat_map(|x| outer.eval(x).unwrap()).collect();
         two_step.sort();
         assert_eq!(composed.eval(&[8]).unwrap(), two_step);
 
@@ -2078,53 +1741,26 @@ mod tests {
     fn substitute_remap_and() {
         let q = p("k0 == k1");
         assert_eq!(q.substitute(&k("[k1, k0 + 1]")), Some(p("k1 == k0 + 1")));
-        assert_eq!(
-            p("k0*2 == 1")
-                .substitute(&k("[k1 + k2]"))
-                .unwrap()
-                .to_string(),
-            "(k1 + k2)*2 == 1"
-        );
+        assert_eq!(p("k0*2 == 1").substitute(&k("[k1 + k2]")).unwrap().to_string(), "(k1 + k2)*2 == 1");
         assert_eq!(q.substitute(&k("[k0, 0..2]")), None, "ranges");
         assert_eq!(q.substitute(&k("[k0]")), None, "k1 is beyond the arity");
-        assert_eq!(
-            Predicate::always().substitute(&k("[]")),
-            Some(Predicate::always())
-        );
+        assert_eq!(Predicate::always().substitute(&k("[]")), Some(Predicate::always()));
         let f = k("[k2, k0 % 3]");
         let q = p("k0 < 4 && k1 != 0 || !(k0 == k1)");
         let s = q.substitute(&f).unwrap();
         for key in [[0u32, 1, 2], [5, 4, 3], [3, 3, 3]] {
-            assert_eq!(
-                s.eval(&key).unwrap(),
-                q.eval(&f.eval(&key).unwrap()[0]).unwrap()
-            );
+            assert_eq!(s.eval(&key).unwrap(), q.eval(&f.eval(&key).unwrap()[0]).unwrap());
         }
 
-        assert_eq!(
-            k("[2*k0 + k1, 0..2]").remap(&|i| i + 1),
-            k("[2*k1 + k2, 0..2]")
-        );
-        assert_eq!(
-            p("k0 == k1 && !(k2 < 3)").remap(&|i| 2 - i),
-            p("k2 == k1 && !(k0 < 3)")
-        );
+        assert_eq!(k("[2*k0 + k1, 0..2]").remap(&|i| i + 1), k("[2*k1 + k2, 0..2]"));
+        assert_eq!(p("k0 == k1 && !(k2 < 3)").remap(&|i| 2 - i), p("k2 == k1 && !(k0 < 3)"));
 
         let a = p("k0 == 1");
         assert_eq!(Predicate::always().and(&a), a);
         assert_eq!(a.and(&Predicate::always()), a);
-        assert_eq!(
-            Predicate::always().and(&Predicate::always()),
-            Predicate::always()
-        );
-        assert_eq!(
-            p("k0 < 1 && k1 < 2").and(&p("k2 < 3 && k3 < 4")),
-            p("k0 < 1 && k1 < 2 && k2 < 3 && k3 < 4")
-        );
-        assert_eq!(
-            p("k0 < 1 || k1 < 2").and(&a).to_string(),
-            "(k0 < 1 || k1 < 2) && k0 == 1"
-        );
+        assert_eq!(Predicate::always().and(&Predicate::always()), Predicate::always());
+        assert_eq!(p("k0 < 1 && k1 < 2").and(&p("k2 < 3 && k3 < 4")), p("k0 < 1 && k1 < 2 && k2 < 3 && k3 < 4"));
+        assert_eq!(p("k0 < 1 || k1 < 2").and(&a).to_string(), "(k0 < 1 || k1 < 2) && k0 == 1");
         assert_eq!(a.and(&p("false")).to_string(), "k0 == 1 && false");
     }
 
@@ -2138,13 +1774,8 @@ mod tests {
         let json = serde_json::to_string(&q).unwrap();
         assert_eq!(json, "\"k0 == k1 && !(k2 < 3)\"");
         assert_eq!(serde_json::from_str::<Predicate>(&json).unwrap(), q);
-        let e = serde_json::from_str::<KeyFn>("\"[k0 k1]\"")
-            .unwrap_err()
-            .to_string();
-        assert!(
-            e.contains("bad key expression `[k0 k1]`: column 5: expected `,` or `]`, found k1"),
-            "{e}"
-        );
+        let e = serde_json::from_str::<KeyFn>("\"[k0 k1]\"").unwrap_err().to_string();
+        assert!(e.contains("bad key expression `[k0 k1]`: column 5: expected `,` or `]`, found k1"), "{e}");
     }
 
     // --- property tests -----------------------------------------------------
@@ -2160,15 +1791,9 @@ mod tests {
         leaf.prop_recursive(5, 40, 4, move |inner| {
             prop_oneof![
                 inner.clone().prop_map(|e| IntExpr::Neg(Box::new(e))),
-                (
-                    inner.clone(),
-                    prop::collection::vec((add.clone(), inner.clone()), 1..4)
-                )
+                (inner.clone(), prop::collection::vec((add.clone(), inner.clone()), 1..4))
                     .prop_map(|(f, r)| IntExpr::Sum(Box::new(f), r)),
-                (
-                    inner.clone(),
-                    prop::collection::vec((mul.clone(), inner), 1..4)
-                )
+                (inner.clone(), prop::collection::vec((mul.clone(), inner), 1..4))
                     .prop_map(|(f, r)| IntExpr::Product(Box::new(f), r)),
             ]
         })
@@ -2184,13 +1809,8 @@ mod tests {
         ]
     }
 
-    fn arb_keyfn(
-        max_key: usize,
-        len: std::ops::Range<usize>,
-        huge_ranges: bool,
-    ) -> impl Strategy<Value = KeyFn> {
-        prop::collection::vec(arb_component(max_key, huge_ranges), len)
-            .prop_map(|components| KeyFn { components })
+    fn arb_keyfn(max_key: usize, len: std::ops::Range<usize>, huge_ranges: bool) -> impl Strategy<Value = KeyFn> {
+        prop::collection::vec(arb_component(max_key, huge_ranges), len).prop_map(|components| KeyFn { components })
     }
 
     fn arb_pred() -> impl Strategy<Value = Predicate> {

@@ -6,8 +6,8 @@
 pub mod check;
 pub mod compile;
 pub mod cost;
-pub mod einsum;
 pub mod egraph;
+pub mod einsum;
 pub mod error;
 pub mod extract;
 pub mod kernel;
@@ -21,4 +21,4 @@ pub mod types;
 pub use error::{ErrorCode, ProgramError};
 pub use kernel::KernelRef;
 pub use keyexpr::{Key, KeyFn, Predicate};
-pub use program::{Cluster, IaOp, InputDecl, Plan, PlacementDecl, Program, TraOp};
+pub use program::{Cluster, IaOp, InputDecl, PlacementDecl, Plan, Program, TraOp};

@@ -232,8 +232,7 @@ pub struct Plan {
 /// The operator names of TRA, for error messages.
 pub const TRA_OPS: &[&str] = &["join", "aggregate", "rekey", "filter", "transform", "tile", "concat"];
 /// The operator names of IA, for error messages.
-pub const IA_OPS: &[&str] =
-    &["broadcast", "shuffle", "local_join", "local_aggregate", "local_filter", "local_map"];
+pub const IA_OPS: &[&str] = &["broadcast", "shuffle", "local_join", "local_aggregate", "local_filter", "local_map"];
 
 /// Operators that name their operands: lets generic code walk any DAG.
 pub trait Operator {
@@ -335,27 +334,26 @@ pub fn parse_nodes<Op: for<'de> Deserialize<'de>>(
 }
 
 fn parse_inputs(value: &serde_json::Value) -> Result<IndexMap<String, InputDecl>> {
-    let obj = value
-        .as_object()
-        .ok_or_else(|| ProgramError::new(ErrorCode::BadField, "inputs", "`inputs` must be an object of named inputs"))?;
+    let obj = value.as_object().ok_or_else(|| {
+        ProgramError::new(ErrorCode::BadField, "inputs", "`inputs` must be an object of named inputs")
+    })?;
     let mut out = IndexMap::new();
     for (name, v) in obj {
-        let decl: InputDecl = serde_json::from_value(v.clone()).map_err(|e| {
-            ProgramError::new(ErrorCode::BadField, name.clone(), format!("input {name}: {e}"))
-        })?;
+        let decl: InputDecl = serde_json::from_value(v.clone())
+            .map_err(|e| ProgramError::new(ErrorCode::BadField, name.clone(), format!("input {name}: {e}")))?;
         out.insert(name.clone(), decl);
     }
     Ok(out)
 }
 
 fn top_field<'a>(obj: &'a serde_json::Map<String, serde_json::Value>, f: &str) -> Result<&'a serde_json::Value> {
-    obj.get(f)
-        .ok_or_else(|| ProgramError::new(ErrorCode::BadField, f, format!("missing top-level field `{f}`")))
+    obj.get(f).ok_or_else(|| ProgramError::new(ErrorCode::BadField, f, format!("missing top-level field `{f}`")))
 }
 
 fn parse_outputs(value: &serde_json::Value) -> Result<Vec<String>> {
-    serde_json::from_value(value.clone())
-        .map_err(|e| ProgramError::new(ErrorCode::BadField, "outputs", format!("`outputs` must be a list of names: {e}")))
+    serde_json::from_value(value.clone()).map_err(|e| {
+        ProgramError::new(ErrorCode::BadField, "outputs", format!("`outputs` must be a list of names: {e}"))
+    })
 }
 
 impl Program {
@@ -378,9 +376,10 @@ impl Program {
         let outputs = parse_outputs(top_field(obj, "outputs")?)?;
         let cluster = match obj.get("cluster") {
             None | Some(serde_json::Value::Null) => None,
-            Some(c) => Some(serde_json::from_value(c.clone()).map_err(|e| {
-                ProgramError::new(ErrorCode::BadField, "cluster", format!("cluster: {e}"))
-            })?),
+            Some(c) => Some(
+                serde_json::from_value(c.clone())
+                    .map_err(|e| ProgramError::new(ErrorCode::BadField, "cluster", format!("cluster: {e}")))?,
+            ),
         };
         Ok(Program { inputs, nodes, outputs, cluster })
     }

@@ -61,12 +61,7 @@ impl<A: Applier<Ia, TraAnalysis>> Applier<Ia, TraAnalysis> for Named<A> {
         out
     }
 
-    fn apply_matches(
-        &self,
-        egraph: &mut TraEGraph,
-        matches: &[egg::SearchMatches<Ia>],
-        rule_name: Symbol,
-    ) -> Vec<Id> {
+    fn apply_matches(&self, egraph: &mut TraEGraph, matches: &[egg::SearchMatches<Ia>], rule_name: Symbol) -> Vec<Id> {
         let prev = set_current_rule(self.rule);
         let out = self.inner.apply_matches(egraph, matches, rule_name);
         set_current_rule(prev);

@@ -331,7 +331,8 @@ pub fn input(decl: &InputDecl) -> TResult<RelType> {
     }
     let t = RelType::dense(frontier, array_bounds);
     let tuples = checked_product(t.frontier.iter().map(|&f| u64::from(f)));
-    let floats = tuples.and_then(|n| checked_product(t.array_bounds.iter().map(|&b| b as u64)).and_then(|b| n.checked_mul(b)));
+    let floats =
+        tuples.and_then(|n| checked_product(t.array_bounds.iter().map(|&b| b as u64)).and_then(|b| n.checked_mul(b)));
     if floats.is_none() {
         return Err(TypeError::new(
             ErrorCode::BadBounds,
@@ -376,10 +377,7 @@ pub fn join(l: &RelType, r: &RelType, lk: &[usize], rk: &[usize], kernel: &Kerne
             return Err(TypeError::new(
                 ErrorCode::BoundsMismatch,
                 Some("right_keys"),
-                format!(
-                    "left key dim {a} has bound {}, right key dim {b} has bound {}",
-                    l.frontier[a], r.frontier[b]
-                ),
+                format!("left key dim {a} has bound {}, right key dim {b} has bound {}", l.frontier[a], r.frontier[b]),
             ));
         }
     }
@@ -444,7 +442,10 @@ pub fn aggregate(x: &RelType, group_by: &[usize], kernel: &KernelRef) -> TResult
             return Err(TypeError::new(
                 ErrorCode::BadKernelShape,
                 Some("kernel"),
-                format!("kernel {kernel} maps blocks {:?} to {out:?}; aggregation needs the same shape", x.array_bounds),
+                format!(
+                    "kernel {kernel} maps blocks {:?} to {out:?}; aggregation needs the same shape",
+                    x.array_bounds
+                ),
             ));
         }
         out
@@ -530,7 +531,10 @@ fn unique_keys(x: &RelType, mapped: &[(usize, Key)], f: &KeyFn, field: &'static 
                 if i == &j {
                     format!("`{f}` maps key {:?} to {y:?} twice: output keys must be unique", keys[*i])
                 } else {
-                    format!("`{f}` maps keys {:?} and {:?} both to {y:?}: output keys must be unique", keys[j], keys[*i])
+                    format!(
+                        "`{f}` maps keys {:?} and {:?} both to {y:?}: output keys must be unique",
+                        keys[j], keys[*i]
+                    )
                 },
             ));
         }
@@ -712,8 +716,7 @@ pub fn co_located(l: &Placement, r: &Placement, lk: &[usize], rk: &[usize], site
         _ if sites == 1 => true,
         (Placement::Replicated, _) | (_, Placement::Replicated) => true,
         (Placement::Hash(dl), Placement::Hash(dr)) => {
-            dl.len() == dr.len()
-                && dl.iter().zip(dr).all(|(a, b)| lk.iter().zip(rk).any(|(x, y)| x == a && y == b))
+            dl.len() == dr.len() && dl.iter().zip(dr).all(|(a, b)| lk.iter().zip(rk).any(|(x, y)| x == a && y == b))
         }
         _ => false,
     }
@@ -854,8 +857,7 @@ pub fn local_map_phys(x: &PhysType, key: Option<&KeyFn>, kernel: Option<&KernelR
         (p, None) => p.clone(),
         (Placement::Hash(d), Some(f)) => {
             let pass = f.passthrough();
-            let pos: Option<Vec<usize>> =
-                d.iter().map(|a| pass.iter().position(|p| *p == Some(*a))).collect();
+            let pos: Option<Vec<usize>> = d.iter().map(|a| pass.iter().position(|p| *p == Some(*a))).collect();
             match pos {
                 Some(pos) => Placement::Hash(pos),
                 None => Placement::Any,

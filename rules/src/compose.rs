@@ -209,7 +209,8 @@ pub fn r1_5() -> RuleDef {
         "the predicate reads only group-by dims (renamed to their input positions), so it drops whole groups; \
          not for concat aggregations.",
         vec![rewrite("R1-5", "R1-5", "(lfilter ?p (lagg ?g ?k ?x))", Guard::Strict, move |eg, _, s| {
-            let (Some(p), Some(g), Some(k)) = (pred(eg, get(s, "?p")), dims(eg, get(s, "?g")), kernel(eg, get(s, "?k")))
+            let (Some(p), Some(g), Some(k)) =
+                (pred(eg, get(s, "?p")), dims(eg, get(s, "?g")), kernel(eg, get(s, "?k")))
             else {
                 return vec![];
             };

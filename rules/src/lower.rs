@@ -26,7 +26,15 @@ fn def(
 
 /// Every lowering rule.
 pub fn rules() -> Vec<RuleDef> {
-    vec![lower_aggregate(), lower_join(), lower_rekey(), lower_filter(), lower_transform(), lower_tile(), lower_concat()]
+    vec![
+        lower_aggregate(),
+        lower_join(),
+        lower_rekey(),
+        lower_filter(),
+        lower_transform(),
+        lower_tile(),
+        lower_concat(),
+    ]
 }
 
 /// `lower-aggregate`: `(aggregate ?g ?k ?x) = (erase (lagg ?g ?k (shuffle ?g ?x)))`.

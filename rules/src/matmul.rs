@@ -48,8 +48,10 @@ fn operands(eg: &TraEGraph, s: &egg::Subst) -> Option<(Vec<u32>, Vec<u32>)> {
 /// `i` from `X`), so the aggregation is complete without another shuffle.
 /// Condition: operands of key arity 2 with equal common frontier.
 pub fn matmul_bmm() -> RuleDef {
-    let left = pat("(erase (lagg [0,2] kernel:matAdd (ljoin [1] [0] kernel:matMul (broadcast ?x) (shuffle [1] ?y))))").ast;
-    let right = pat("(erase (lagg [0,2] kernel:matAdd (ljoin [1] [0] kernel:matMul (shuffle [0] ?x) (broadcast ?y))))").ast;
+    let left =
+        pat("(erase (lagg [0,2] kernel:matAdd (ljoin [1] [0] kernel:matMul (broadcast ?x) (shuffle [1] ?y))))").ast;
+    let right =
+        pat("(erase (lagg [0,2] kernel:matAdd (ljoin [1] [0] kernel:matMul (shuffle [0] ?x) (broadcast ?y))))").ast;
     def(
         "matmul-bmm",
         "(aggregate [0,2] matAdd (join [1] [0] matMul ?x ?y)) = \
@@ -78,10 +80,8 @@ pub fn matmul_bmm() -> RuleDef {
 /// Condition: operands of key arity 2 with equal common frontier; `matAdd` is
 /// associative and commutative (the second phase sums partial sums).
 pub fn matmul_cmm() -> RuleDef {
-    let rhs = pat(
-        "(erase (lagg [0,1] kernel:matAdd (shuffle [0,1] (erase (lagg [0,2] kernel:matAdd \
-         (ljoin [1] [0] kernel:matMul (shuffle [1] ?x) (shuffle [0] ?y)))))))",
-    )
+    let rhs = pat("(erase (lagg [0,1] kernel:matAdd (shuffle [0,1] (erase (lagg [0,2] kernel:matAdd \
+         (ljoin [1] [0] kernel:matMul (shuffle [1] ?x) (shuffle [0] ?y)))))))")
     .ast;
     def(
         "matmul-cmm",
@@ -119,10 +119,8 @@ fn member(eg: &TraEGraph, l: Id) -> Option<Id> {
 /// replicated relations agrees with the TRA join's) of key arity 2 with equal
 /// common frontier; every node of the plan type-checks.
 pub fn matmul_rmm() -> RuleDef {
-    let rhs = pat(
-        "(erase (lagg [0,2] kernel:matAdd (shuffle [0,2] (erase (ljoin [0,1,2] [0,1,2] kernel:matMul \
-         (shuffle [0,1,2] (erase (lmap ?kx id ?px))) (shuffle [0,1,2] (erase (lmap ?ky id ?py))))))))",
-    )
+    let rhs = pat("(erase (lagg [0,2] kernel:matAdd (shuffle [0,2] (erase (ljoin [0,1,2] [0,1,2] kernel:matMul \
+         (shuffle [0,1,2] (erase (lmap ?kx id ?px))) (shuffle [0,1,2] (erase (lmap ?ky id ?py))))))))")
     .ast;
     def(
         "matmul-rmm",

@@ -46,9 +46,7 @@ pub fn r2_1() -> RuleDef {
          congruence.",
         vec![
             rewrite("R2-1", "R2-1/shuffle", "(erase (shuffle ?d ?x))", Guard::Strict, |_, _, s| vec![get(s, "?x")]),
-            rewrite("R2-1", "R2-1/broadcast", "(erase (broadcast ?x))", Guard::Strict, |_, _, s| {
-                vec![get(s, "?x")]
-            }),
+            rewrite("R2-1", "R2-1/broadcast", "(erase (broadcast ?x))", Guard::Strict, |_, _, s| vec![get(s, "?x")]),
         ],
     )
 }
@@ -108,21 +106,37 @@ pub fn r2_3() -> RuleDef {
                 Guard::Strict,
                 move |eg, _, s| inst(eg, &b_down, s).into_iter().collect(),
             ),
-            rewrite("R2-3", "R2-3/broadcast-up", "(lmap ?f ?k (broadcast (erase ?x)))", Guard::Strict, move |eg, _, s| {
-                inst(eg, &b_up, s).into_iter().collect()
-            }),
-            rewrite("R2-3", "R2-3/shuffle-down", "(shuffle ?d (erase (lmap ?f ?k ?x)))", Guard::Strict, move |eg, _, s| {
-                if !id_key(eg, s) {
-                    return vec![];
-                }
-                inst(eg, &s_down, s).into_iter().collect()
-            }),
-            rewrite("R2-3", "R2-3/shuffle-up", "(lmap ?f ?k (shuffle ?d (erase ?x)))", Guard::Strict, move |eg, _, s| {
-                if !id_key(eg, s) {
-                    return vec![];
-                }
-                inst(eg, &s_up, s).into_iter().collect()
-            }),
+            rewrite(
+                "R2-3",
+                "R2-3/broadcast-up",
+                "(lmap ?f ?k (broadcast (erase ?x)))",
+                Guard::Strict,
+                move |eg, _, s| inst(eg, &b_up, s).into_iter().collect(),
+            ),
+            rewrite(
+                "R2-3",
+                "R2-3/shuffle-down",
+                "(shuffle ?d (erase (lmap ?f ?k ?x)))",
+                Guard::Strict,
+                move |eg, _, s| {
+                    if !id_key(eg, s) {
+                        return vec![];
+                    }
+                    inst(eg, &s_down, s).into_iter().collect()
+                },
+            ),
+            rewrite(
+                "R2-3",
+                "R2-3/shuffle-up",
+                "(lmap ?f ?k (shuffle ?d (erase ?x)))",
+                Guard::Strict,
+                move |eg, _, s| {
+                    if !id_key(eg, s) {
+                        return vec![];
+                    }
+                    inst(eg, &s_up, s).into_iter().collect()
+                },
+            ),
         ],
     )
 }
@@ -186,11 +200,12 @@ pub fn r2_4() -> RuleDef {
                 };
                 add_checked(eg, node).map(|c| (r, c)).into_iter().collect()
             }),
-            rewrite("R2-4", "R2-4/broadcast", "(broadcast (erase ?r))", Guard::Strict, |eg, _, s| {
-                match complete_phys(eg, get(s, "?r")) {
-                    Some(rt) if rt.placement == Placement::Replicated => vec![get(s, "?r")],
-                    _ => vec![],
-                }
+            rewrite("R2-4", "R2-4/broadcast", "(broadcast (erase ?r))", Guard::Strict, |eg, _, s| match complete_phys(
+                eg,
+                get(s, "?r"),
+            ) {
+                Some(rt) if rt.placement == Placement::Replicated => vec![get(s, "?r")],
+                _ => vec![],
             }),
             rewrite(
                 "R2-4",
@@ -226,9 +241,7 @@ fn proper_subsets(g: &[usize]) -> Vec<Vec<usize>> {
         return if g.len() > 1 { g.iter().map(|&d| vec![d]).collect() } else { vec![] };
     }
     let n = g.len();
-    (1..(1usize << n) - 1)
-        .map(|mask| (0..n).filter(|i| mask & (1 << i) != 0).map(|i| g[i]).collect())
-        .collect()
+    (1..(1usize << n) - 1).map(|mask| (0..n).filter(|i| mask & (1 << i) != 0).map(|i| g[i]).collect()).collect()
 }
 
 /// `agg-subset`: `(erase (lagg ?g ?k (shuffle ?g ?x))) = (erase (lagg ?g ?k (shuffle d ?x)))`
@@ -244,15 +257,21 @@ pub fn agg_subset() -> RuleDef {
         "agg-subset",
         "(erase (lagg ?g ?k (shuffle ?g ?x))) = (erase (lagg ?g ?k (shuffle d ?x))), ∅ ≠ d ⊆ g",
         "d is a non-empty subset of the group-by dims (every group still on one site); singletons only when |g| > 4.",
-        vec![rewrite("agg-subset", "agg-subset", "(erase (lagg ?g ?k (shuffle ?g ?x)))", Guard::Strict, move |eg, _, s| {
-            let Some(g) = dims(eg, get(s, "?g")) else { return vec![] };
-            let mut out = Vec::new();
-            for d in proper_subsets(g) {
-                let s = with(eg, s, vec![("?d", Param::Dims(d))]);
-                out.extend(inst(eg, &rhs, &s));
-            }
-            out
-        })],
+        vec![rewrite(
+            "agg-subset",
+            "agg-subset",
+            "(erase (lagg ?g ?k (shuffle ?g ?x)))",
+            Guard::Strict,
+            move |eg, _, s| {
+                let Some(g) = dims(eg, get(s, "?g")) else { return vec![] };
+                let mut out = Vec::new();
+                for d in proper_subsets(g) {
+                    let s = with(eg, s, vec![("?d", Param::Dims(d))]);
+                    out.extend(inst(eg, &rhs, &s));
+                }
+                out
+            },
+        )],
     )
 }
 
@@ -396,7 +415,8 @@ pub fn r2_7b() -> RuleDef {
                     else {
                         return vec![];
                     };
-                    let (Some(la), Some(bt)) = (crate::support::arity(eg, get(s, "?a")), phys(eg, get(s, "?pb"))) else {
+                    let (Some(la), Some(bt)) = (crate::support::arity(eg, get(s, "?a")), phys(eg, get(s, "?pb")))
+                    else {
                         return vec![];
                     };
                     let rest: Vec<usize> = (0..bt.rel.key_arity()).filter(|d| !jr.contains(d)).collect();

@@ -190,8 +190,14 @@ fn all_programs() -> Vec<(String, String)> {
         v.push((format!("program for {name}"), program_for(name)));
     }
     for sites in [1, 2, 3] {
-        v.push((format!("matmul, X hashed on [1], Y on [0], {sites} sites"), matmul_nodes_program(sites, r#"{"hash": [1]}"#, r#"{"hash": [0]}"#)));
-        v.push((format!("matmul, X hashed on [0], Y replicated, {sites} sites"), matmul_nodes_program(sites, r#"{"hash": [0]}"#, r#""replicated""#)));
+        v.push((
+            format!("matmul, X hashed on [1], Y on [0], {sites} sites"),
+            matmul_nodes_program(sites, r#"{"hash": [1]}"#, r#"{"hash": [0]}"#),
+        ));
+        v.push((
+            format!("matmul, X hashed on [0], Y replicated, {sites} sites"),
+            matmul_nodes_program(sites, r#"{"hash": [0]}"#, r#""replicated""#),
+        ));
     }
     v.push(("diag, unplaced".into(), diag("")));
     for sites in [1, 3] {

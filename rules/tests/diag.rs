@@ -11,7 +11,10 @@ fn diag_program(sites: usize, placement: &str) -> String {
         sites,
         &[("X", input(&[4, 4], &[8, 8], placement)), ("Y", input(&[4, 4], &[8, 8], placement))],
         &[
-            ("s", r#"{"op": "join", "left": "X", "right": "Y", "left_keys": [0, 1], "right_keys": [0, 1], "kernel": "matAdd"}"#),
+            (
+                "s",
+                r#"{"op": "join", "left": "X", "right": "Y", "left_keys": [0, 1], "right_keys": [0, 1], "kernel": "matAdd"}"#,
+            ),
             ("f", r#"{"op": "filter", "input": "s", "predicate": "k0 == k1"}"#),
             ("r", r#"{"op": "rekey", "input": "f", "key": "[k0]"}"#),
             ("d", r#"{"op": "transform", "input": "r", "kernel": "diag"}"#),
@@ -26,10 +29,7 @@ fn diag_of_sum_fuses_into_a_filtered_join() {
     for (sites, placement) in [(4, r#"{"hash": [0, 1]}"#), (3, ""), (1, "")] {
         let r = run(&diag_program(sites, placement));
         assert!(saturated(&r.stop), "{sites} sites: {:?}, {} nodes", r.stop, r.nodes());
-        let matches = r.search_root(
-            "d",
-            "(erase (lmap ?f id (ljoin [0,1] [0,1] ?k (lfilter ?p ?a) (lfilter ?q ?b))))",
-        );
+        let matches = r.search_root("d", "(erase (lmap ?f id (ljoin [0,1] [0,1] ?k (lfilter ?p ?a) (lfilter ?q ?b))))");
         assert!(
             matches.iter().any(|s| r.param(s, "?k") == Param::Kernel(fused.clone())
                 && r.param(s, "?f").to_string() == "key:[k0]"),

@@ -36,20 +36,12 @@ fn matmul_root_holds_bmm_cmm_rmm() {
 #[test]
 fn prepartitioned_operand_needs_no_shuffle() {
     // Y hashed on its column blocks: broadcast X and join where Y lies.
-    let r = run(&matmul_program(
-        4,
-        input(&[4, 2], &[8, 8], ""),
-        input(&[2, 6], &[8, 8], r#"{"hash": [1]}"#),
-    ));
+    let r = run(&matmul_program(4, input(&[4, 2], &[8, 8], ""), input(&[2, 6], &[8, 8], r#"{"hash": [1]}"#)));
     assert!(saturated(&r.stop));
     let direct = "(erase (lagg [0,2] kernel:matAdd (ljoin [1] [0] kernel:matMul (broadcast ?x) (input Y))))";
     assert!(!r.search_root("m", direct).is_empty(), "R2-4 did not drop the shuffle of Y");
     // X hashed on its rows: the mirror.
-    let r = run(&matmul_program(
-        4,
-        input(&[6, 2], &[8, 8], r#"{"hash": [0]}"#),
-        input(&[2, 4], &[8, 8], ""),
-    ));
+    let r = run(&matmul_program(4, input(&[6, 2], &[8, 8], r#"{"hash": [0]}"#), input(&[2, 4], &[8, 8], "")));
     let direct = "(erase (lagg [0,2] kernel:matAdd (ljoin [1] [0] kernel:matMul (input X) (broadcast ?y))))";
     assert!(!r.search_root("m", direct).is_empty(), "R2-4 did not drop the shuffle of X");
 }

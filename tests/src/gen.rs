@@ -60,7 +60,8 @@ fn try_random_program<R: Rng>(rng: &mut R, opts: GenOptions) -> Option<Program> 
             2 => json!({"hash": [rng.random_range(0..arity)]}),
             _ => json!({"hash": (0..arity).collect::<Vec<_>>()}),
         };
-        inputs.insert(name.to_string(), json!({"key_bounds": frontier, "array_bounds": [n, n], "placement": placement}));
+        inputs
+            .insert(name.to_string(), json!({"key_bounds": frontier, "array_bounds": [n, n], "placement": placement}));
         pool.push(Rel { name: name.to_string(), frontier, block: vec![n, n] });
     }
     let mut nodes = Map::new();
@@ -92,13 +93,21 @@ fn try_random_program<R: Rng>(rng: &mut R, opts: GenOptions) -> Option<Program> 
                 if a.block.len() != 2 || b.block.len() != 2 || a.block[1] != b.block[0] {
                     continue;
                 }
-                if a.frontier.len() == 2 && b.frontier.len() == 2 && a.frontier[1] == b.frontier[0] && rng.random_bool(0.6) {
+                if a.frontier.len() == 2
+                    && b.frontier.len() == 2
+                    && a.frontier[1] == b.frontier[0]
+                    && rng.random_bool(0.6)
+                {
                     json!({"op": "join", "left": a.name, "right": b.name, "left_keys": [1], "right_keys": [0], "kernel": "matMul"})
                 } else if a.frontier == b.frontier && a.block == b.block {
                     let keys: Vec<usize> = (0..a.frontier.len()).collect();
                     let k = *["matAdd", "elemMul", "matSub"].choose(rng).unwrap();
                     json!({"op": "join", "left": a.name, "right": b.name, "left_keys": keys, "right_keys": keys, "kernel": k})
-                } else if !a.frontier.is_empty() && !b.frontier.is_empty() && a.frontier[0] == b.frontier[0] && a.block == b.block {
+                } else if !a.frontier.is_empty()
+                    && !b.frontier.is_empty()
+                    && a.frontier[0] == b.frontier[0]
+                    && a.block == b.block
+                {
                     json!({"op": "join", "left": a.name, "right": b.name, "left_keys": [0], "right_keys": [0], "kernel": "matAdd"})
                 } else {
                     continue;
@@ -135,7 +144,8 @@ fn try_random_program<R: Rng>(rng: &mut R, opts: GenOptions) -> Option<Program> 
             }
             6 | 7 => {
                 let square = a.block.len() == 2 && a.block[0] == a.block[1];
-                let choices: &[&str] = if square { &["relu", "transpose", "scale(2)", "sigmoid", "neg"] } else { &["relu", "scale(2)"] };
+                let choices: &[&str] =
+                    if square { &["relu", "transpose", "scale(2)", "sigmoid", "neg"] } else { &["relu", "scale(2)"] };
                 json!({"op": "transform", "input": a.name, "kernel": choices.choose(rng).unwrap()})
             }
             8 => {
@@ -172,14 +182,21 @@ fn try_random_program<R: Rng>(rng: &mut R, opts: GenOptions) -> Option<Program> 
     // Outputs: every node no other node uses (at most three), so nothing is dead.
     let used: std::collections::BTreeSet<String> = nodes
         .values()
-        .flat_map(|n| ["input", "left", "right"].into_iter().filter_map(move |f| n.get(f).and_then(|v| v.as_str()).map(String::from)))
+        .flat_map(|n| {
+            ["input", "left", "right"]
+                .into_iter()
+                .filter_map(move |f| n.get(f).and_then(|v| v.as_str()).map(String::from))
+        })
         .collect();
     let mut outputs: Vec<Value> =
         (0..made).rev().map(|i| format!("N{i}")).filter(|n| !used.contains(n)).take(3).map(Value::from).collect();
     if outputs.is_empty() {
         outputs.push(Value::from(format!("N{}", made - 1)));
     }
-    let p = Program::from_value(&json!({"inputs": inputs, "nodes": nodes, "outputs": outputs, "cluster": {"sites": opts.sites}})).ok()?;
+    let p = Program::from_value(
+        &json!({"inputs": inputs, "nodes": nodes, "outputs": outputs, "cluster": {"sites": opts.sites}}),
+    )
+    .ok()?;
     check_program(&p).ok()?;
     Some(p)
 }

@@ -373,7 +373,8 @@ impl Embedder {
             plan.nodes.insert(shuffled.clone(), IaOp::Shuffle { input: from, dims: vec![arity] });
             from = shuffled;
         }
-        plan.nodes.insert(tag.to_string(), IaOp::LocalMap { input: from, key: Some(KeyFn::identity(arity)), kernel: None });
+        plan.nodes
+            .insert(tag.to_string(), IaOp::LocalMap { input: from, key: Some(KeyFn::identity(arity)), kernel: None });
         Ok(tag.to_string())
     }
 
@@ -409,7 +410,8 @@ fn on_site_zero(b: &Bag) -> PhysRelation {
 
 /// Evaluate one TRA operator over relations.
 pub fn eval_tra_node(op: TraOp, operands: &[(&str, Relation, usize, Vec<usize>)]) -> Result<Relation, String> {
-    let mut p = Program { inputs: Default::default(), nodes: Default::default(), outputs: vec!["out".into()], cluster: None };
+    let mut p =
+        Program { inputs: Default::default(), nodes: Default::default(), outputs: vec!["out".into()], cluster: None };
     let mut data = BTreeMap::new();
     for (name, rel, arity, shape) in operands {
         p.inputs.insert(name.to_string(), decl_for(rel.tuples.iter(), *arity, shape, PlacementDecl::Any));

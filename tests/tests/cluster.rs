@@ -27,14 +27,19 @@ fn inputs_for(p: &Program, seed: u64, rt: &ThreadRuntime<f64>) -> BTreeMap<Strin
 type Row = (Option<usize>, Vec<u32>, Vec<usize>, Vec<u64>);
 
 fn same(tag: &str, want: &PhysValue<f64>, got: &PhysValue<f64>) -> Result<(), String> {
-    let list = |v: &PhysValue<f64>| -> Vec<Row> {
-        let mut out = Vec::new();
-        for (s, l) in v.sites.iter().enumerate() {
-            out.extend(l.iter().map(|t| (Some(s), t.0.clone(), t.1.shape().to_vec(), t.1.as_slice().iter().map(|x| x.to_bits()).collect())));
-        }
-        out.extend(v.everywhere.iter().map(|t| (None, t.0.clone(), t.1.shape().to_vec(), t.1.as_slice().iter().map(|x| x.to_bits()).collect())));
-        out
-    };
+    let list =
+        |v: &PhysValue<f64>| -> Vec<Row> {
+            let mut out = Vec::new();
+            for (s, l) in v.sites.iter().enumerate() {
+                out.extend(l.iter().map(|t| {
+                    (Some(s), t.0.clone(), t.1.shape().to_vec(), t.1.as_slice().iter().map(|x| x.to_bits()).collect())
+                }));
+            }
+            out.extend(v.everywhere.iter().map(|t| {
+                (None, t.0.clone(), t.1.shape().to_vec(), t.1.as_slice().iter().map(|x| x.to_bits()).collect())
+            }));
+            out
+        };
     let (w, g) = (list(want), list(got));
     if w.len() != g.len() {
         return Err(format!("{tag}: {} tuples on threads, {} on the cluster", w.len(), g.len()));
@@ -47,11 +52,20 @@ fn same(tag: &str, want: &PhysValue<f64>, got: &PhysValue<f64>) -> Result<(), St
     Ok(())
 }
 
-fn check(tag: &str, plan: &Plan, processes: usize, workers: usize, inputs: &BTreeMap<String, TRelation<f64>>, layout: AnyLayout, rt: &ThreadRuntime<f64>) {
+fn check(
+    tag: &str,
+    plan: &Plan,
+    processes: usize,
+    workers: usize,
+    inputs: &BTreeMap<String, TRelation<f64>>,
+    layout: AnyLayout,
+    rt: &ThreadRuntime<f64>,
+) {
     let sites = processes * workers;
     let want: Result<ThreadRun<f64>, String> =
         rt.run(plan, sites, inputs, &RunOptions { layout, ..RunOptions::default() }).map_err(|e| e.to_string());
-    let got: Result<ClusterRun<f64>, String> = run_loopback(plan, processes, workers, inputs, layout).map_err(|e| e.message);
+    let got: Result<ClusterRun<f64>, String> =
+        run_loopback(plan, processes, workers, inputs, layout).map_err(|e| e.message);
     match (want, got) {
         (Ok(want), Ok(got)) => {
             for o in &plan.outputs {
@@ -87,10 +101,26 @@ fn random_programs_on_the_cluster_equal_threads() {
         q.cluster = Some(Cluster { sites, ..p.cluster() });
         let layout = AnyLayout::Seeded(seed ^ 5);
         let typed = check_program(&q).unwrap();
-        check(&format!("seed {seed}, {processes}×{workers}, Table-1 plan"), &compile(&q, &typed), processes, workers, &inputs, layout, &rt);
+        check(
+            &format!("seed {seed}, {processes}×{workers}, Table-1 plan"),
+            &compile(&q, &typed),
+            processes,
+            workers,
+            &inputs,
+            layout,
+            &rt,
+        );
         let answer = optimize(&q, &rules, &limits).unwrap();
         for (i, alt) in answer.alternatives.iter().enumerate() {
-            check(&format!("seed {seed}, {processes}×{workers}, alternative {i} ({})", alt.label), &alt.plan, processes, workers, &inputs, layout, &rt);
+            check(
+                &format!("seed {seed}, {processes}×{workers}, alternative {i} ({})", alt.label),
+                &alt.plan,
+                processes,
+                workers,
+                &inputs,
+                layout,
+                &rt,
+            );
             runs += 1;
         }
     }

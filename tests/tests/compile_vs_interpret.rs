@@ -39,7 +39,11 @@ fn check_one(seed: u64) {
         let erased = run.erased_outputs().unwrap_or_else(|e| panic!("seed {seed}, {sites} sites: {e}"));
         for o in &p.outputs {
             compare(&values[o], &erased[o], 1e-9).unwrap_or_else(|e| {
-                panic!("seed {seed}, {sites} sites, output {o}: {e}\nprogram:\n{}\nplan:\n{}", p.to_sexpr(), plan.to_sexpr())
+                panic!(
+                    "seed {seed}, {sites} sites, output {o}: {e}\nprogram:\n{}\nplan:\n{}",
+                    p.to_sexpr(),
+                    plan.to_sexpr()
+                )
             });
         }
         for (name, op) in &plan.nodes {

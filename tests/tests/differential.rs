@@ -33,7 +33,12 @@ fn optimized_plans_agree_with_the_tra_interpreter() {
             let run = eval_ia(&alt.plan, sites, &inputs, AnyLayout::Seeded(seed))
                 .unwrap_or_else(|e| panic!("seed {seed}, {}: {e}\n{}", alt.label, alt.plan.to_sexpr()));
             let got = run.erased_outputs().unwrap_or_else(|e| {
-                panic!("seed {seed}, {} at {sites} sites: {e}\nprogram:\n{}\nplan:\n{}", alt.label, p.to_sexpr(), alt.plan.to_sexpr())
+                panic!(
+                    "seed {seed}, {} at {sites} sites: {e}\nprogram:\n{}\nplan:\n{}",
+                    alt.label,
+                    p.to_sexpr(),
+                    alt.plan.to_sexpr()
+                )
             });
             for o in &p.outputs {
                 compare(&expected[o], &got[o], 1e-9).unwrap_or_else(|e| {
@@ -69,12 +74,15 @@ fn shrunk_workloads_agree_with_the_tra_interpreter() {
         let sites = p.cluster().sites;
         let inputs = tra_tests::random_inputs(&p, 3 * 31);
         let expected = eval_tra(&p, &inputs).unwrap_or_else(|e| panic!("{name}: {e}"));
-        let answer = optimize(&p, &rules, &Limits::default()).unwrap_or_else(|e| panic!("{name}: optimize failed: {e}"));
+        let answer =
+            optimize(&p, &rules, &Limits::default()).unwrap_or_else(|e| panic!("{name}: optimize failed: {e}"));
         for alt in &answer.alternatives {
             for layout in [AnyLayout::Seeded(1), AnyLayout::RoundRobin] {
                 let run = eval_ia(&alt.plan, sites, &inputs, layout)
                     .unwrap_or_else(|e| panic!("{name}, {}: {e}\n{}", alt.label, alt.plan.to_sexpr()));
-                let got = run.erased_outputs().unwrap_or_else(|e| panic!("{name}, {}: {e}\n{}", alt.label, alt.plan.to_sexpr()));
+                let got = run
+                    .erased_outputs()
+                    .unwrap_or_else(|e| panic!("{name}, {}: {e}\n{}", alt.label, alt.plan.to_sexpr()));
                 for o in &p.outputs {
                     compare(&expected[o], &got[o], 1e-9).unwrap_or_else(|e| {
                         panic!("{name}, {}, output {o}: {e}\nplan:\n{}", alt.label, alt.plan.to_sexpr())

@@ -63,8 +63,7 @@ fn naive_einsum(expr: &str, ops: &[ArrayD<f64>]) -> ArrayD<f64> {
     loop {
         let mut prod = 1.0;
         for (t, a) in terms.iter().zip(ops) {
-            let ix: Vec<usize> =
-                t.iter().zip(a.shape()).map(|(&c, &n)| if n == 1 { 0 } else { at(c, &idx) }).collect();
+            let ix: Vec<usize> = t.iter().zip(a.shape()).map(|(&c, &n)| if n == 1 { 0 } else { at(c, &idx) }).collect();
             prod *= a[IxDyn(&ix)];
         }
         let oix: Vec<usize> = out.iter().map(|&c| at(c, &idx)).collect();
@@ -99,7 +98,8 @@ fn to_relation(c: &Compiled, i: usize, dense: &ArrayD<f64>) -> Relation {
     let mut tuples = BTreeMap::new();
     for key in tra_executor::reference::all_keys(&op.key_bounds) {
         let block = ArrayD::from_shape_fn(IxDyn(&op.array_bounds), |ix| {
-            let g: Vec<usize> = (0..op.array_bounds.len()).map(|d| key[d] as usize * op.array_bounds[d] + ix[d]).collect();
+            let g: Vec<usize> =
+                (0..op.array_bounds.len()).map(|d| key[d] as usize * op.array_bounds[d] + ix[d]).collect();
             if g.iter().zip(v.shape()).all(|(&x, &n)| x < n) {
                 v[IxDyn(&g)]
             } else {
@@ -197,10 +197,7 @@ fn random_case(seed: u64) -> Case {
 
 fn random_data(shapes: &[Vec<usize>], seed: u64) -> Vec<ArrayD<f64>> {
     let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x5eed);
-    shapes
-        .iter()
-        .map(|s| ArrayD::from_shape_fn(IxDyn(s), |_| f64::from(rng.random_range(-3i32..=3))))
-        .collect()
+    shapes.iter().map(|s| ArrayD::from_shape_fn(IxDyn(s), |_| f64::from(rng.random_range(-3i32..=3)))).collect()
 }
 
 fn request(case: &Case) -> Request {
@@ -234,23 +231,34 @@ fn check_case(case: &Case, seed: u64, rules: &[tra_optimizer::rule::RuleDef], ru
         data.iter().enumerate().map(|(i, d)| (c.operands[i].name.clone(), to_relation(&c, i, d))).collect();
     let p = &c.program;
     let tra = eval_tra(p, &inputs).map_err(|e| format!("{tag}: TRA interpreter: {e}\n{}", p.to_sexpr()))?;
-    close(&want, &from_relation(&c, &tra["R"])).map_err(|e| format!("{tag}: TRA interpreter:\n{}\n{e}", p.to_sexpr()))?;
+    close(&want, &from_relation(&c, &tra["R"]))
+        .map_err(|e| format!("{tag}: TRA interpreter:\n{}\n{e}", p.to_sexpr()))?;
     if !run_plans {
         return Ok(());
     }
-    let answer = optimize(p, rules, &Limits::default()).map_err(|e| format!("{tag}: optimize: {e}\n{}", p.to_sexpr()))?;
+    let answer =
+        optimize(p, rules, &Limits::default()).map_err(|e| format!("{tag}: optimize: {e}\n{}", p.to_sexpr()))?;
     for alt in &answer.alternatives {
         let plan = &alt.plan;
         let layout = AnyLayout::Seeded(seed);
-        let r = eval_ia(plan, case.sites, &inputs, layout).map_err(|e| format!("{tag}: reference IA: {e}\n{}", plan.to_sexpr()))?;
+        let r = eval_ia(plan, case.sites, &inputs, layout)
+            .map_err(|e| format!("{tag}: reference IA: {e}\n{}", plan.to_sexpr()))?;
         let out = r.erased_outputs().map_err(|e| format!("{tag}: {e}"))?;
-        close(&want, &from_relation(&c, &out["R"])).map_err(|e| format!("{tag}: reference IA ({}):\n{}\n{e}", alt.label, plan.to_sexpr()))?;
+        close(&want, &from_relation(&c, &out["R"]))
+            .map_err(|e| format!("{tag}: reference IA ({}):\n{}\n{e}", alt.label, plan.to_sexpr()))?;
         if r.total_floats_moved() != alt.cost.network_floats {
-            return Err(format!("{tag}: {} floats moved, {} predicted\n{}", r.total_floats_moved(), alt.cost.network_floats, plan.to_sexpr()));
+            return Err(format!(
+                "{tag}: {} floats moved, {} predicted\n{}",
+                r.total_floats_moved(),
+                alt.cost.network_floats,
+                plan.to_sexpr()
+            ));
         }
-        let t = threads::eval_ia(plan, case.sites, &inputs, layout).map_err(|e| format!("{tag}: threads: {e}\n{}", plan.to_sexpr()))?;
+        let t = threads::eval_ia(plan, case.sites, &inputs, layout)
+            .map_err(|e| format!("{tag}: threads: {e}\n{}", plan.to_sexpr()))?;
         let out = t.erased_outputs().map_err(|e| format!("{tag}: {e}"))?;
-        close(&want, &from_relation(&c, &out["R"])).map_err(|e| format!("{tag}: threads ({}):\n{}\n{e}", alt.label, plan.to_sexpr()))?;
+        close(&want, &from_relation(&c, &out["R"]))
+            .map_err(|e| format!("{tag}: threads ({}):\n{}\n{e}", alt.label, plan.to_sexpr()))?;
     }
     Ok(())
 }

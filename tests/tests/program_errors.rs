@@ -92,7 +92,8 @@ fn key_expression_does_not_parse() {
 
 #[test]
 fn zero_and_negative_bounds() {
-    let e = error_of(r#"{"inputs": {"X": {"key_bounds": [0, 4], "array_bounds": [2, 2]}}, "nodes": {}, "outputs": ["X"]}"#);
+    let e =
+        error_of(r#"{"inputs": {"X": {"key_bounds": [0, 4], "array_bounds": [2, 2]}}, "nodes": {}, "outputs": ["X"]}"#);
     assert_err(&e, ErrorCode::BadBounds, "X.key_bounds", &["key bound 0 is 0"]);
     let e = error_of(r#"{"inputs": {"X": {"key_bounds": [4], "array_bounds": [-2]}}, "nodes": {}, "outputs": ["X"]}"#);
     assert_err(&e, ErrorCode::BadBounds, "X.array_bounds", &["array bound 0 is -2"]);

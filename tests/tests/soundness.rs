@@ -36,8 +36,8 @@ use std::time::Instant;
 use tra_optimizer::egraph::{add_program, Ia, TraAnalysis, TraEGraph};
 use tra_tests::oracle::RefOracle;
 use tra_tests::soundness::{
-    check_rule, check_seed, generators, mutants, quietly, random_data, workloads, Caught, Executor, Options, RuleReport,
-    RuleSets,
+    check_rule, check_seed, generators, mutants, quietly, random_data, workloads, Caught, Executor, Options,
+    RuleReport, RuleSets,
 };
 
 fn env_u64(name: &str, default: u64) -> u64 {
@@ -135,7 +135,10 @@ fn rules_are_sound_and_mutants_are_caught() {
     let names = tra_rules::names();
     // Coverage guard, part 1: a generator for every registered rule.
     let missing: Vec<&str> = names.iter().copied().filter(|n| generators::for_rule(n).is_none()).collect();
-    assert!(missing.is_empty(), "registered rules without a generator in tests/src/soundness/generators.rs: {missing:?}");
+    assert!(
+        missing.is_empty(),
+        "registered rules without a generator in tests/src/soundness/generators.rs: {missing:?}"
+    );
 
     let (count, base) = (cases(), base_seed());
     let rule_reports: Vec<(RuleReport, RuleReport)> = parallel(&names, |name| {
@@ -287,7 +290,13 @@ fn rules_are_sound_and_mutants_are_caught() {
         }
     }
     eprintln!("time: {:.1} s", start.elapsed().as_secs_f64());
-    let summary = format!("soundness: {} rules, {} instances, {}/{} mutants caught", names.len(), instances, caught, mutant_reports.len());
+    let summary = format!(
+        "soundness: {} rules, {} instances, {}/{} mutants caught",
+        names.len(),
+        instances,
+        caught,
+        mutant_reports.len()
+    );
     // Written past the test harness's capture, so that it shows in every run.
     let _ = writeln!(std::io::stderr().lock(), "\n{summary}");
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
@@ -321,7 +330,8 @@ fn rules_are_sound_on_the_thread_runtime() {
     });
     for (m, c) in all_mutants.iter().zip(&caught) {
         if !matches!(c, Some((Caught::ValueMismatch | Caught::ExecutionError, _))) {
-            failures.push(format!("mutant `{}` (replacing {}) was not caught by execution on threads", m.name, m.replaces));
+            failures
+                .push(format!("mutant `{}` (replacing {}) was not caught by execution on threads", m.name, m.replaces));
         }
     }
     let n_caught = caught.iter().filter(|c| c.is_some()).count();
@@ -417,7 +427,9 @@ fn instances_found_failing_stay_fixed() {
         let g = generators::for_rule(rule).expect("a generator");
         for oracle in [false, true] {
             let sets = RuleSets::new(real(rule)(), g.helpers);
-            if let Err(f) = tra_tests::soundness::check_instance(&sets, &p, *seed, &Options { oracle, ..Options::default() }) {
+            if let Err(f) =
+                tra_tests::soundness::check_instance(&sets, &p, *seed, &Options { oracle, ..Options::default() })
+            {
                 failures.push(format!("{f}"));
             }
         }

@@ -161,7 +161,15 @@ fn example_workloads_measured_floats_equal_predicted() {
         let inputs = tra_tests::random_inputs(&p, 3);
         let tra = eval_tra(&p, &inputs).unwrap_or_else(|e| panic!("{name}: {e}"));
         let answer = optimize(&p, &rules, &Limits::default()).unwrap_or_else(|e| panic!("{name}: optimize: {e}"));
-        check_run(&format!("{name}, chosen plan"), &answer.plan, sites, &inputs, &tra, Some(answer.cost.network_floats), 1);
+        check_run(
+            &format!("{name}, chosen plan"),
+            &answer.plan,
+            sites,
+            &inputs,
+            &tra,
+            Some(answer.cost.network_floats),
+            1,
+        );
         for alt in &answer.alternatives {
             let tag = format!("{name}, {}", alt.label);
             check_run(&tag, &alt.plan, sites, &inputs, &tra, Some(alt.cost.network_floats), 1);

@@ -35,7 +35,10 @@ fn moved(plan: &Plan) -> (Vec<String>, Vec<String>) {
 
 fn snapshot(name: &str, a: &OptimizeAnswer) {
     let mut text = a.plan.to_sexpr();
-    text.push_str(&format!("\n-- network floats {}, flops {}\n-- alternatives:\n", a.cost.network_floats, a.cost.flops));
+    text.push_str(&format!(
+        "\n-- network floats {}, flops {}\n-- alternatives:\n",
+        a.cost.network_floats, a.cost.flops
+    ));
     for alt in &a.alternatives {
         text.push_str(&format!("--   {:>14} {}\n", alt.cost.network_floats, alt.label));
     }
@@ -46,8 +49,11 @@ fn snapshot(name: &str, a: &OptimizeAnswer) {
 fn matmul_offers_bmm_cmm_and_rmm() {
     let a = run("matmul");
     for s in ["BMM", "CMM", "RMM"] {
-        assert!(a.alternatives.iter().any(|x| x.label.contains(s)), "matmul: no {s} alternative: {:?}",
-            a.alternatives.iter().map(|x| &x.label).collect::<Vec<_>>());
+        assert!(
+            a.alternatives.iter().any(|x| x.label.contains(s)),
+            "matmul: no {s} alternative: {:?}",
+            a.alternatives.iter().map(|x| &x.label).collect::<Vec<_>>()
+        );
     }
     snapshot("matmul", &a);
 }

@@ -96,4 +96,3 @@ pub async fn get(addr: SocketAddr, path: &str) -> Response {
 pub async fn post(addr: SocketAddr, path: &str, body: &Value) -> Response {
     http(addr, "POST", path, Some(body.to_string().as_bytes())).await
 }
-

@@ -43,7 +43,8 @@ pub struct Host {
 
 /// Read a host file.
 pub fn read_hosts(path: &Path) -> Result<Vec<Host>, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read the host file {}: {e}", path.display()))?;
+    let text =
+        std::fs::read_to_string(path).map_err(|e| format!("cannot read the host file {}: {e}", path.display()))?;
     parse_hosts(&text).map_err(|e| format!("{}: {e}", path.display()))
 }
 
@@ -57,13 +58,13 @@ pub fn parse_hosts(text: &str) -> Result<Vec<Host>, String> {
         }
         let mut parts = line.split_whitespace();
         let data = parts.next().expect("non-empty").to_string();
-        let (host, port) = data
-            .rsplit_once(':')
-            .ok_or_else(|| format!("line {}: {data:?} is not HOST:PORT", n + 1))?;
+        let (host, port) = data.rsplit_once(':').ok_or_else(|| format!("line {}: {data:?} is not HOST:PORT", n + 1))?;
         let port: u16 = port.parse().map_err(|_| format!("line {}: {port:?} is not a port", n + 1))?;
         let control_port: u16 = match parts.next() {
             Some(c) => c.parse().map_err(|_| format!("line {}: control port {c:?} is not a port", n + 1))?,
-            None => port.checked_add(1000).ok_or_else(|| format!("line {}: port {port} + 1000 is not a port", n + 1))?,
+            None => {
+                port.checked_add(1000).ok_or_else(|| format!("line {}: port {port} + 1000 is not a port", n + 1))?
+            }
         };
         out.push(Host { data: data.clone(), control: format!("{host}:{control_port}") });
     }
@@ -124,7 +125,9 @@ fn send(stream: &mut TcpStream, ev: &AgentEvent) -> std::io::Result<()> {
 
 /// Serve jobs as process `process` of the host file, for ever.
 pub fn serve(process: usize, hosts: &[Host], launcher: &Launcher) -> Result<(), String> {
-    let me = hosts.get(process).ok_or_else(|| format!("--process {process}: the host file lists {} process(es)", hosts.len()))?;
+    let me = hosts
+        .get(process)
+        .ok_or_else(|| format!("--process {process}: the host file lists {} process(es)", hosts.len()))?;
     let listener = TcpListener::bind(&me.control)
         .or_else(|_| {
             // Listen on every interface when the host name is not local.
@@ -155,7 +158,10 @@ fn serve_one(process: usize, hosts: &[Host], launcher: &Launcher, mut stream: Tc
     let req: JobRequest = match serde_json::from_str(&line) {
         Ok(r) => r,
         Err(e) => {
-            let _ = send(&mut stream, &AgentEvent::Failed { process, error: format!("worker {process}: not a job: {e}"), rank: 2 });
+            let _ = send(
+                &mut stream,
+                &AgentEvent::Failed { process, error: format!("worker {process}: not a job: {e}"), rank: 2 },
+            );
             return Err(format!("not a job: {e}"));
         }
     };
@@ -221,7 +227,8 @@ fn serve_one(process: usize, hosts: &[Host], launcher: &Launcher, mut stream: Tc
     match result {
         Ok(report) => {
             eprintln!("tra worker {process}: job {:016x}: done", req.token);
-            send(&mut stream, &AgentEvent::Done { process, report }).map_err(|e| format!("cannot answer the client: {e}"))
+            send(&mut stream, &AgentEvent::Done { process, report })
+                .map_err(|e| format!("cannot answer the client: {e}"))
         }
         Err((e, rank)) => {
             eprintln!("tra worker {process}: job {:016x}: {e}", req.token);
@@ -278,7 +285,11 @@ pub fn run_hosts(spec: &JobSpec, hosts: &[Host], timeout: Duration) -> Result<Jo
                     Ok(_) => {
                         let ev = serde_json::from_str::<AgentEvent>(&line).ok();
                         let end = !matches!(ev, Some(AgentEvent::Started { .. }));
-                        let unreadable = AgentEvent::Failed { process: i, error: format!("worker {i}: unreadable answer {line:?}"), rank: 2 };
+                        let unreadable = AgentEvent::Failed {
+                            process: i,
+                            error: format!("worker {i}: unreadable answer {line:?}"),
+                            rank: 2,
+                        };
                         let _ = tx.send((i, ev.or(Some(unreadable))));
                         if end {
                             return;
@@ -307,7 +318,9 @@ pub fn run_hosts(spec: &JobSpec, hosts: &[Host], timeout: Duration) -> Result<Jo
             break Ok(());
         }
         let left = (timeout + Duration::from_secs(10)).checked_sub(start.elapsed());
-        let Some(left) = left else { break Err(format!("the job did not finish within {:.0} s", timeout.as_secs_f64())) };
+        let Some(left) = left else {
+            break Err(format!("the job did not finish within {:.0} s", timeout.as_secs_f64()));
+        };
         let left = if first_failure.is_some() { left.min(Duration::from_millis(50)) } else { left };
         match rx.recv_timeout(left) {
             Ok((_, Some(AgentEvent::Started { .. }))) => {}
@@ -325,7 +338,8 @@ pub fn run_hosts(spec: &JobSpec, hosts: &[Host], timeout: Duration) -> Result<Jo
             Ok((i, None)) => {
                 if !finished[i] {
                     finished[i] = true;
-                    let msg = format!("lost contact with the tra worker of process {i} at {} — job failed", hosts[i].control);
+                    let msg =
+                        format!("lost contact with the tra worker of process {i} at {} — job failed", hosts[i].control);
                     failures.push((0, i, msg));
                     first_failure.get_or_insert_with(Instant::now);
                 }

@@ -34,19 +34,18 @@
 //! number of copies the network really carries (one per process).
 
 use super::input::{self, InputData};
-use super::output::OutputFile;
 use super::ops::{self, bad, concat_count, concat_kernel, is_mat_add, project, Exec, Res};
+use super::output::OutputFile;
+use super::supervise::guarded;
 use super::wire::{pool, Batch, Body, Item, EVERY_TAG};
 use crate::reference::{evaluation_order, AnyLayout, InterpError};
 use crate::threads::kernels::{FastKernel, MatMulKind};
 use crate::threads::{Block, Elem, NodeStats, PhysValue, SharedBlock, Tuple};
-use tra_optimizer::keyexpr::Key;
 use serde::{Deserialize, Serialize};
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
-use super::supervise::guarded;
 use std::rc::Rc;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -56,6 +55,7 @@ use timely::dataflow::operators::generic::{source, Operator};
 use timely::dataflow::operators::Concatenate;
 use timely::dataflow::{Scope, Stream};
 use timely::worker::Worker;
+use tra_optimizer::keyexpr::Key;
 use tra_optimizer::placement::site_of;
 use tra_optimizer::program::{topo_order, IaOp, Operator as _, PlacementDecl, Plan};
 
@@ -461,7 +461,12 @@ impl<T: Elem> Proc<T> {
 }
 
 fn record_error(report: &Report, stage: usize, site: usize, e: &InterpError) {
-    report.borrow_mut().errors.push(ErrorRecord { stage, site, node: e.node().map(str::to_string), message: e.to_string() });
+    report.borrow_mut().errors.push(ErrorRecord {
+        stage,
+        site,
+        node: e.node().map(str::to_string),
+        message: e.to_string(),
+    });
 }
 
 // ---------------------------------------------------------------------------
@@ -627,7 +632,8 @@ fn connect(addresses: &[String], me: usize, token: u64, timeout: Duration) -> Re
                 .map(|j| format!("process {j} at {} ({})", addresses[*j], last_err.get(j).cloned().unwrap_or_default()))
                 .collect();
             if missing_upper > 0 {
-                waiting.push(format!("{missing_upper} process(es) with a higher index to connect to {}", addresses[me]));
+                waiting
+                    .push(format!("{missing_upper} process(es) with a higher index to connect to {}", addresses[me]));
             }
             return Err(format!(
                 "process {me}: the other processes did not all connect within {:.0} s: waiting for {}",
@@ -714,10 +720,7 @@ trait FirstAddr {
 impl FirstAddr for String {
     fn to_socket_addrs_first(&self) -> std::io::Result<std::net::SocketAddr> {
         use std::net::ToSocketAddrs;
-        self.as_str()
-            .to_socket_addrs()?
-            .next()
-            .ok_or_else(|| std::io::Error::other(format!("{self}: no address")))
+        self.as_str().to_socket_addrs()?.next().ok_or_else(|| std::io::Error::other(format!("{self}: no address")))
     }
 }
 
@@ -741,20 +744,21 @@ fn worker_main<T: Elem>(p: &Arc<Proc<T>>, worker: &mut Worker) {
             }
         } else {
             match &p.inputs[name] {
-                InputData::File(path) => match input::site_keys(name, decl, p.sites, p.cfg.layout, me)
-                    .and_then(|(wanted, kb, ab)| {
+                InputData::File(path) => {
+                    match input::site_keys(name, decl, p.sites, p.cfg.layout, me).and_then(|(wanted, kb, ab)| {
                         input::NpyRelationFile::open(path, &kb, &ab)
                             .map(|f| (f, wanted))
                             .map_err(|m| InterpError::BadInput { input: name.clone(), message: m })
                     }) {
-                    Ok((file, mut wanted)) => {
-                        if let Some(order) = p.prep.read_order.get(name) {
-                            wanted.sort_by(|a, b| order.iter().map(|&d| a.1[d]).cmp(order.iter().map(|&d| b.1[d])));
+                        Ok((file, mut wanted)) => {
+                            if let Some(order) = p.prep.read_order.get(name) {
+                                wanted.sort_by(|a, b| order.iter().map(|&d| a.1[d]).cmp(order.iter().map(|&d| b.1[d])));
+                            }
+                            Pending::Blocks { name: name.clone(), file, wanted, next: 0 }
                         }
-                        Pending::Blocks { name: name.clone(), file, wanted, next: 0 }
+                        Err(e) => Pending::Failed(e),
                     }
-                    Err(e) => Pending::Failed(e),
-                },
+                }
                 data => match input::load(name, decl, data, p.sites, p.cfg.layout, Some(me), pool::<T>()) {
                     Ok(own) => Pending::Ready(own, Arc::default()),
                     Err(e) => Pending::Failed(e),
@@ -772,7 +776,12 @@ enum Pending<T: Elem> {
     /// Tuples at hand (memory, replicated).
     Ready(Vec<Tuple<T>>, Shared<T>),
     /// Blocks still to read from a file, from `next` on.
-    Blocks { name: String, file: input::NpyRelationFile, wanted: Vec<(usize, tra_optimizer::keyexpr::Key)>, next: usize },
+    Blocks {
+        name: String,
+        file: input::NpyRelationFile,
+        wanted: Vec<(usize, tra_optimizer::keyexpr::Key)>,
+        next: usize,
+    },
     /// It could not be read.
     Failed(InterpError),
 }
@@ -813,7 +822,8 @@ fn build<'s, T: Elem>(
                     Some(Pending::Failed(e)) => record_error(&r1, 0, me, &e),
                     Some(Pending::Blocks { name, file, wanted, next }) => {
                         // About 8 MiB per activation.
-                        let per = if file.reads_whole() { usize::MAX } else { (8usize << 20) / file.block_bytes().max(1) };
+                        let per =
+                            if file.reads_whole() { usize::MAX } else { (8usize << 20) / file.block_bytes().max(1) };
                         let end = next.saturating_add(per.max(1)).min(wanted.len());
                         match file.read_keys::<T>(&wanted[next..end], pool::<T>()) {
                             Ok(tuples) => {
@@ -850,10 +860,14 @@ fn build<'s, T: Elem>(
         let s = match &step.op {
             IaOp::Shuffle { input, dims } => shuffle(p, me, i, get(input), dims.clone(), &report),
             IaOp::Broadcast { input } => broadcast(p, me, i, get(input), &report),
-            IaOp::LocalFilter { input, .. } | IaOp::LocalMap { input, .. } => local1(p, me, i, get(input), None, &report),
+            IaOp::LocalFilter { input, .. } | IaOp::LocalMap { input, .. } => {
+                local1(p, me, i, get(input), None, &report)
+            }
             IaOp::LocalAggregate { input, kernel, .. } => {
                 if let Some(j) = &step.fused {
-                    let IaOp::LocalJoin { left, right, .. } = &p.prep.plan.nodes[j] else { unreachable!("fused with a join") };
+                    let IaOp::LocalJoin { left, right, .. } = &p.prep.plan.nodes[j] else {
+                        unreachable!("fused with a join")
+                    };
                     match stream_plan(p, i, me) {
                         Some(plan) => streamed_matmul(p, me, i, get(left), get(right), plan, &report),
                         None => local2(p, me, i, get(left), get(right), &report),
@@ -941,7 +955,14 @@ fn send_on<'s, T: Elem>(
     })
 }
 
-fn shuffle<'s, T: Elem>(p: &Arc<Proc<T>>, me: usize, i: usize, input: S<'s, T>, dims: Vec<usize>, report: &Report) -> S<'s, T> {
+fn shuffle<'s, T: Elem>(
+    p: &Arc<Proc<T>>,
+    me: usize,
+    i: usize,
+    input: S<'s, T>,
+    dims: Vec<usize>,
+    report: &Report,
+) -> S<'s, T> {
     let sites = p.sites;
     let (r1, r2) = (report.clone(), report.clone());
     let p2 = p.clone();
@@ -1080,13 +1101,21 @@ fn broadcast<'s, T: Elem>(p: &Arc<Proc<T>>, me: usize, i: usize, input: S<'s, T>
                         Body::Tuple(k, b) => {
                             tuples += 1;
                             for w in 0..workers {
-                                session.give(Item { dest: (me + w) as u32, tag: it.tag, body: Body::EveryTuple(k.clone(), b.clone()) });
+                                session.give(Item {
+                                    dest: (me + w) as u32,
+                                    tag: it.tag,
+                                    body: Body::EveryTuple(k.clone(), b.clone()),
+                                });
                             }
                         }
                         Body::EveryTuple(k, b) => {
                             tuples += 1;
                             for w in 0..workers {
-                                session.give(Item { dest: (me + w) as u32, tag: EVERY_TAG, body: Body::EveryTuple(k.clone(), b.clone()) });
+                                session.give(Item {
+                                    dest: (me + w) as u32,
+                                    tag: EVERY_TAG,
+                                    body: Body::EveryTuple(k.clone(), b.clone()),
+                                });
                             }
                         }
                         Body::Every(list) => {
@@ -1199,7 +1228,14 @@ fn compute_step<T: Elem, I>(
 
 /// A unary local operator (filter, map, aggregate), with the piece counts of
 /// a concat aggregation as a second input.
-fn local1<'s, T: Elem>(p: &Arc<Proc<T>>, me: usize, i: usize, input: S<'s, T>, counts: Option<S<'s, T>>, report: &Report) -> S<'s, T> {
+fn local1<'s, T: Elem>(
+    p: &Arc<Proc<T>>,
+    me: usize,
+    i: usize,
+    input: S<'s, T>,
+    counts: Option<S<'s, T>>,
+    report: &Report,
+) -> S<'s, T> {
     let name = p.prep.steps[i].name.clone();
     let (p1, r1) = (p.clone(), report.clone());
     let counts = counts.unwrap_or_else(|| timely::dataflow::operators::generic::operator::empty(input.scope()));
@@ -1213,10 +1249,15 @@ fn local1<'s, T: Elem>(p: &Arc<Proc<T>>, me: usize, i: usize, input: S<'s, T>, c
                 if let Some(c) = cap.take() {
                     let take = || {
                         let (own, every) = stash.parts();
-                        let count = stash.meta.iter().filter_map(|(_, m)| m.get(..4).map(|b| u32::from_le_bytes(b.try_into().expect("4")))).max();
+                        let count = stash
+                            .meta
+                            .iter()
+                            .filter_map(|(_, m)| m.get(..4).map(|b| u32::from_le_bytes(b.try_into().expect("4"))))
+                            .max();
                         (own, every, count)
                     };
-                    let items = compute_step(&p1, me, i, &r1, take, |(own, every, count)| compute1(&p1, i, own, every, *count));
+                    let items =
+                        compute_step(&p1, me, i, &r1, take, |(own, every, count)| compute1(&p1, i, own, every, *count));
                     let mut session = output.session(&c);
                     for it in items {
                         session.give(it);
@@ -1227,7 +1268,13 @@ fn local1<'s, T: Elem>(p: &Arc<Proc<T>>, me: usize, i: usize, input: S<'s, T>, c
     })
 }
 
-fn compute1<T: Elem>(p: &Proc<T>, i: usize, own: &[Tuple<T>], every: &Shared<T>, count: Option<u32>) -> Res<(Vec<Tuple<T>>, Shared<T>)> {
+fn compute1<T: Elem>(
+    p: &Proc<T>,
+    i: usize,
+    own: &[Tuple<T>],
+    every: &Shared<T>,
+    count: Option<u32>,
+) -> Res<(Vec<Tuple<T>>, Shared<T>)> {
     let step = &p.prep.steps[i];
     let node = step.name.as_str();
     let x = p.exec();
@@ -1267,7 +1314,14 @@ fn compute1<T: Elem>(p: &Proc<T>, i: usize, own: &[Tuple<T>], every: &Shared<T>,
 }
 
 /// A binary local operator: a join, or an aggregation fused with its join.
-fn local2<'s, T: Elem>(p: &Arc<Proc<T>>, me: usize, i: usize, left: S<'s, T>, right: S<'s, T>, report: &Report) -> S<'s, T> {
+fn local2<'s, T: Elem>(
+    p: &Arc<Proc<T>>,
+    me: usize,
+    i: usize,
+    left: S<'s, T>,
+    right: S<'s, T>,
+    report: &Report,
+) -> S<'s, T> {
     let name = p.prep.steps[i].name.clone();
     let (p1, r1) = (p.clone(), report.clone());
     left.binary_frontier::<Batch<T>, CB<T>, _, _, _, _>(right, Pipeline, Pipeline, &name, move |cap, _| {
@@ -1312,10 +1366,34 @@ fn compute2<T: Elem>(p: &Proc<T>, i: usize, l: &Parts<T>, r: &Parts<T>) -> Res<(
         (IaOp::LocalAggregate { group_by, kernel: agg_kernel, .. }, Some(j)) => {
             let IaOp::LocalJoin { left_keys, right_keys, .. } = &p.prep.plan.nodes[j] else { unreachable!() };
             let jk = step.join_kernel.as_ref().expect("fused join kernel");
-            let o = ops::fused_matmul(x, node, j, group_by, agg_kernel, left_keys, right_keys, jk, (&l.0, &l.1), (&r.0, &r.1), false)?;
+            let o = ops::fused_matmul(
+                x,
+                node,
+                j,
+                group_by,
+                agg_kernel,
+                left_keys,
+                right_keys,
+                jk,
+                (&l.0, &l.1),
+                (&r.0, &r.1),
+                false,
+            )?;
             let e = if both_every {
                 p.every_part(i, || {
-                    ops::fused_matmul(x, node, j, group_by, agg_kernel, left_keys, right_keys, jk, (&[], &l.1), (&[], &r.1), true)
+                    ops::fused_matmul(
+                        x,
+                        node,
+                        j,
+                        group_by,
+                        agg_kernel,
+                        left_keys,
+                        right_keys,
+                        jk,
+                        (&[], &l.1),
+                        (&[], &r.1),
+                        true,
+                    )
                 })?
             } else {
                 Arc::default()
@@ -1363,7 +1441,10 @@ fn write_out<'s, T: Elem>(me: usize, name: &str, file: OutputFile, s: S<'s, T>, 
                             }
                             Err(e) if !failed => {
                                 failed = true;
-                                let e = InterpError::BadNode { node: name.clone(), message: format!("writing the output: {e}") };
+                                let e = InterpError::BadNode {
+                                    node: name.clone(),
+                                    message: format!("writing the output: {e}"),
+                                };
                                 record_error(&r1, usize::MAX, me, &e);
                             }
                             Err(_) => {}
@@ -1435,7 +1516,10 @@ fn finish<T: Elem>(p: &Proc<T>, c: Collected<T>, wall_ms: f64) -> Result<Cluster
         let (sites, every) = c.outputs.get(o).cloned().unwrap_or_else(|| (vec![Vec::new(); p.sites], Vec::new()));
         let mut every = every;
         every.sort_by(|a, b| a.0.cmp(&b.0));
-        outputs.insert(o.clone(), PhysValue { sites: sites.into_iter().map(Arc::new).collect(), everywhere: Arc::new(every) });
+        outputs.insert(
+            o.clone(),
+            PhysValue { sites: sites.into_iter().map(Arc::new).collect(), everywhere: Arc::new(every) },
+        );
     }
     let n = p.prep.steps.len();
     let mut done = vec![0u64; n];
@@ -1577,7 +1661,10 @@ fn stream_plan<T: Elem>(p: &Proc<T>, i: usize, me: usize) -> Option<StreamPlan> 
     let groups = groups
         .into_iter()
         .map(|(g, members)| {
-            let m = members.iter().map(|(_, _, (a, b))| (a.0.clone(), within(a, &le), b.0.clone(), within(b, &re))).collect();
+            let m = members
+                .iter()
+                .map(|(_, _, (a, b))| (a.0.clone(), within(a, &le), b.0.clone(), within(b, &re)))
+                .collect();
             (g, m)
         })
         .collect();
@@ -1691,20 +1778,28 @@ fn streamed_matmul<'s, T: Elem>(
                     if in_flight >= threads {
                         break;
                     }
-                    if started[g] || !members.iter().all(|(lk, le, rk, re)| lr.get(lk, *le).is_some() && rr.get(rk, *re).is_some()) {
+                    if started[g]
+                        || !members
+                            .iter()
+                            .all(|(lk, le, rk, re)| lr.get(lk, *le).is_some() && rr.get(rk, *re).is_some())
+                    {
                         continue;
                     }
                     started[g] = true;
                     in_flight += 1;
                     let blocks: Vec<(SharedBlock<T>, SharedBlock<T>)> = members
                         .iter()
-                        .map(|(lk, le, rk, re)| (lr.get(lk, *le).expect("here").clone(), rr.get(rk, *re).expect("here").clone()))
+                        .map(|(lk, le, rk, re)| {
+                            (lr.get(lk, *le).expect("here").clone(), rr.get(rk, *re).expect("here").clone())
+                        })
                         .collect();
                     let (p2, tx, wake) = (p1.clone(), finished_tx.clone(), wake.clone());
                     p1.kernels.spawn(move || {
                         let step = &p2.prep.steps[i];
                         let node = step.name.as_str();
-                        let IaOp::LocalAggregate { kernel: agg_kernel, .. } = &step.op else { unreachable!("an aggregation") };
+                        let IaOp::LocalAggregate { kernel: agg_kernel, .. } = &step.op else {
+                            unreachable!("an aggregation")
+                        };
                         let j = step.fused.as_deref().expect("fused");
                         let jk = step.join_kernel.as_ref().expect("fused join kernel");
                         let r = caught(node, || {
@@ -1746,7 +1841,19 @@ fn streamed_matmul<'s, T: Elem>(
                     let IaOp::LocalJoin { left_keys, right_keys, .. } = &p1.prep.plan.nodes[j] else { unreachable!() };
                     let x = p1.exec();
                     p1.every_part(i, || {
-                        ops::fused_matmul(x, node, j, group_by, agg_kernel, left_keys, right_keys, jk, (&[], &l.1), (&[], &r.1), true)
+                        ops::fused_matmul(
+                            x,
+                            node,
+                            j,
+                            group_by,
+                            agg_kernel,
+                            left_keys,
+                            right_keys,
+                            jk,
+                            (&[], &l.1),
+                            (&[], &r.1),
+                            true,
+                        )
                     })
                 } else {
                     Ok(Arc::default())

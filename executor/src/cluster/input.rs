@@ -119,7 +119,8 @@ impl NpyRelationFile {
             return Ok(Vec::new());
         }
         if self.header.fortran_order {
-            let (rel, _, _) = npy::read_relation::<T>(&self.path, &self.key_bounds, &self.array_bounds, pool).map_err(|e| e.to_string())?;
+            let (rel, _, _) = npy::read_relation::<T>(&self.path, &self.key_bounds, &self.array_bounds, pool)
+                .map_err(|e| e.to_string())?;
             return Ok(wanted.iter().map(|(i, k)| (k.clone(), rel.tuples[*i].1.clone())).collect());
         }
         let esize = self.header.dtype.float.expect("float").size() as u64;
@@ -212,7 +213,13 @@ fn convert<T: Elem>(bytes: &[u8], from: Dtype, big_endian: bool, out: &mut [T]) 
 /// The keys (with their positions in key order) a site holds of an input
 /// stored in a file, and the input's bounds.
 #[allow(clippy::type_complexity)]
-pub fn site_keys(name: &str, decl: &InputDecl, sites: usize, layout: AnyLayout, site: usize) -> Result<(Vec<(usize, Key)>, Vec<u32>, Vec<usize>), InterpError> {
+pub fn site_keys(
+    name: &str,
+    decl: &InputDecl,
+    sites: usize,
+    layout: AnyLayout,
+    site: usize,
+) -> Result<(Vec<(usize, Key)>, Vec<u32>, Vec<usize>), InterpError> {
     let (kb, ab) = bounds(name, decl)?;
     let keys = all_keys(&kb);
     let placed = sites_of_tuples(name, &keys, &decl.placement, sites, layout)?;

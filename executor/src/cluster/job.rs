@@ -4,12 +4,12 @@
 
 use super::dataflow::{run_process, ClusterRun, Comm, RunConfig};
 use super::input::InputData;
+use super::output::OutputFile;
 use crate::npy::{self, Layout};
 use crate::reference::AnyLayout;
 use crate::threads::{Dtype, Elem};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-use super::output::OutputFile;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use tra_optimizer::check::check_plan;
@@ -232,10 +232,11 @@ fn finish_outputs<T: Elem>(
     for (name, value) in &run.outputs {
         let rel = value.erase().map_err(|e| format!("output `{name}`: {e}"))?;
         let t = &typed.types[name];
-        let (sum, abs) = rel.tuples.iter().flat_map(|(_, b)| b.as_slice().iter()).fold((0.0f64, 0.0f64), |(s, a), &x| {
-            let x = x.to_f64();
-            (s + x, a + x.abs())
-        });
+        let (sum, abs) =
+            rel.tuples.iter().flat_map(|(_, b)| b.as_slice().iter()).fold((0.0f64, 0.0f64), |(s, a), &x| {
+                let x = x.to_f64();
+                (s + x, a + x.abs())
+            });
         let info = json!({
             "key_bounds": t.rel.frontier, "array_bounds": t.rel.array_bounds, "tuples": rel.len(),
             "checksum": {"sum": sum, "abs_sum": abs},

@@ -19,11 +19,11 @@ use crate::threads::{Elem, SharedBlock, Tuple};
 use tra_optimizer::kernel::KernelRef;
 use tra_optimizer::keyexpr::Key;
 
-pub use crate::threads::local::{join_blocks, map, matmul_group, Exec};
+use crate::threads::local::{agg_blocks, agg_groups, matmul_groups, Groups};
 pub(crate) use crate::threads::local::{
     bad, concat_count, concat_kernel, filter, is_mat_add, join_pairs, project, Member, Res,
 };
-use crate::threads::local::{agg_blocks, agg_groups, matmul_groups, Groups};
+pub use crate::threads::local::{join_blocks, map, matmul_group, Exec};
 
 /// Groups of `members` by the key projected on `group_by`, groups in key
 /// order, members in (key, replicated) order (a stable sort: equal keys keep

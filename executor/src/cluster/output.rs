@@ -106,7 +106,9 @@ impl OutWriter {
                 let mut runs = Vec::new();
                 dense_runs(&self.key_bounds, &self.array_bounds, key, &mut runs);
                 for (off, len, at) in runs {
-                    self.file.write_all_at(elem_bytes(&data[at..at + len]), self.header_len + off * self.esize).map_err(io)?;
+                    self.file
+                        .write_all_at(elem_bytes(&data[at..at + len]), self.header_len + off * self.esize)
+                        .map_err(io)?;
                 }
                 Ok(())
             }

@@ -119,7 +119,10 @@ pub fn install_panic_hook(process: usize) {
         let thread = std::thread::current();
         let name = thread.name().unwrap_or("");
         let text = panic_text(info);
-        if name.starts_with("timely:send") || name.starts_with("timely:recv") || text.contains("timely communication error") {
+        if name.starts_with("timely:send")
+            || name.starts_with("timely:recv")
+            || text.contains("timely communication error")
+        {
             eprintln!("tra worker {process}: lost the connection to another worker of the job ({text}); stopping");
             std::process::exit(exit::LOST_PEER);
         }
@@ -144,7 +147,10 @@ fn write_outcome(path: &Path, o: &Outcome) {
 /// re-executes itself): reads its [`Assignment`] from the environment, runs
 /// its part of the job, writes its [`Outcome`], and answers the exit code.
 pub fn child_main() -> i32 {
-    let a: Assignment = match std::env::var(ENV_ASSIGNMENT).map_err(|e| e.to_string()).and_then(|s| serde_json::from_str(&s).map_err(|e| e.to_string())) {
+    let a: Assignment = match std::env::var(ENV_ASSIGNMENT)
+        .map_err(|e| e.to_string())
+        .and_then(|s| serde_json::from_str(&s).map_err(|e| e.to_string()))
+    {
         Ok(a) => a,
         Err(e) => {
             eprintln!("tra worker: no valid job assignment in ${ENV_ASSIGNMENT}: {e}");
@@ -259,7 +265,9 @@ pub fn classify(i: usize, status: ExitStatus, result_file: Option<&Path>) -> Opt
             Some(exit::JOB_ERROR) => (reported.unwrap_or_else(|| format!("worker {i} failed — job failed")), 2),
             Some(exit::LOST_PEER) => (format!("worker {i} lost its connection to another worker — job failed"), 4),
             Some(exit::ORPHANED) => (format!("worker {i} stopped: its supervisor went away — job failed"), 3),
-            Some(exit::PANIC) => (format!("worker {i} crashed (a worker thread panicked; see its message above) — job failed"), 1),
+            Some(exit::PANIC) => {
+                (format!("worker {i} crashed (a worker thread panicked; see its message above) — job failed"), 1)
+            }
             Some(c) => (format!("worker {i} exited with status {c} — job failed"), 1),
             None => (format!("worker {i} ended abnormally — job failed"), 1),
         }
@@ -270,7 +278,12 @@ pub fn classify(i: usize, status: ExitStatus, result_file: Option<&Path>) -> Opt
 /// Watch job processes until all succeed, one fails, the timeout passes or
 /// `cancel` is set. On failure every process still running is killed, and
 /// every process is reaped before this returns.
-pub fn watch(children: &mut [(usize, Child)], results: &[PathBuf], timeout: Duration, cancel: &AtomicBool) -> Result<(), Failure> {
+pub fn watch(
+    children: &mut [(usize, Child)],
+    results: &[PathBuf],
+    timeout: Duration,
+    cancel: &AtomicBool,
+) -> Result<(), Failure> {
     let start = Instant::now();
     let mut done: Vec<Option<ExitStatus>> = vec![None; children.len()];
     let mut failures: Vec<Failure> = Vec::new();
@@ -299,7 +312,8 @@ pub fn watch(children: &mut [(usize, Child)], results: &[PathBuf], timeout: Dura
                 break;
             }
         } else if cancel.load(Ordering::SeqCst) {
-            stop_reason = Some(Failure { process: usize::MAX, status: None, message: "the job was cancelled".into(), rank: 5 });
+            stop_reason =
+                Some(Failure { process: usize::MAX, status: None, message: "the job was cancelled".into(), rank: 5 });
             break;
         } else if start.elapsed() > timeout {
             stop_reason = Some(Failure {
@@ -355,7 +369,8 @@ pub fn run_local(
     let dir = job_dir(token)?;
     let result = (|| {
         let job = dir.join("job.json");
-        std::fs::write(&job, serde_json::to_vec(spec).expect("JSON")).map_err(|e| format!("cannot write {}: {e}", job.display()))?;
+        std::fs::write(&job, serde_json::to_vec(spec).expect("JSON"))
+            .map_err(|e| format!("cannot write {}: {e}", job.display()))?;
         let addresses = super::free_loopback_addresses(spec.processes)?;
         let results: Vec<PathBuf> = (0..spec.processes).map(|i| dir.join(format!("result-{i}.json"))).collect();
         let mut children: Vec<(usize, Child)> = Vec::new();

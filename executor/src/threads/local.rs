@@ -212,7 +212,10 @@ pub fn join_blocks<T: Elem>(x: Exec<'_, T>, node: &str, k: &FastKernel, pairs: V
             .map(|(key, l, r)| {
                 let mut out = k.apply(x.pool, &[&l.1, &r.1]).map_err(|e| kernel_err(node, k.kernel(), e))?;
                 if out.len() != 1 {
-                    return Err(bad(node, format!("kernel {} gave {} blocks, expected exactly one", k.kernel(), out.len())));
+                    return Err(bad(
+                        node,
+                        format!("kernel {} gave {} blocks, expected exactly one", k.kernel(), out.len()),
+                    ));
                 }
                 x.count_flops(k, &[l.1.shape(), r.1.shape()]);
                 Ok((key, Arc::new(out.pop().expect("one block"))))

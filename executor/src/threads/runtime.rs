@@ -987,8 +987,6 @@ fn floats<T: Elem>(list: &[Tuple<T>]) -> u64 {
 // ---------------------------------------------------------------------------
 // Operator helpers (the reference's, on shared blocks).
 
-
-
 /// Place an input: `(each site's tuples, replicated tuples)`, as the
 /// reference's `place`.
 #[allow(clippy::type_complexity)]

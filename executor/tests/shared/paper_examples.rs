@@ -5,9 +5,9 @@
 //! runtime), each of which brings its own `eval_ia`: both executors are held
 //! to the same exact values, sites, float counts and errors.
 
+use super::eval_ia;
 use ndarray::{array, ArrayD};
 use std::collections::BTreeMap;
-use super::eval_ia;
 use tra_executor::reference::{
     compare, erase, eval_tra, eval_tra_all, place, random_relation, AnyLayout, Block, InterpError, PhysRelation,
     Relation, Site,

@@ -29,11 +29,7 @@ pub struct Run {
 impl Run {
     /// Applications of a rule (all its egg rewrites).
     pub fn fired(&self, rule: &str) -> usize {
-        self.applied
-            .iter()
-            .filter(|(n, _)| *n == rule || n.starts_with(&format!("{rule}/")))
-            .map(|(_, c)| c)
-            .sum()
+        self.applied.iter().filter(|(n, _)| *n == rule || n.starts_with(&format!("{rule}/"))).map(|(_, c)| c).sum()
     }
 
     /// The class of output `name`, canonical.
@@ -134,7 +130,9 @@ pub fn matmul_nodes(name: &str, x: &str, y: &str) -> Vec<(String, String)> {
     vec![
         (
             format!("{name}_j"),
-            format!(r#"{{"op": "join", "left": "{x}", "right": "{y}", "left_keys": [1], "right_keys": [0], "kernel": "matMul"}}"#),
+            format!(
+                r#"{{"op": "join", "left": "{x}", "right": "{y}", "left_keys": [1], "right_keys": [0], "kernel": "matMul"}}"#
+            ),
         ),
         (
             name.to_string(),

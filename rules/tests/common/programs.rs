@@ -29,7 +29,10 @@ pub fn diag(placement: &str) -> String {
         4,
         &[("X", input(&[4, 4], &[8, 8], placement)), ("Y", input(&[4, 4], &[8, 8], placement))],
         &[
-            ("s", r#"{"op": "join", "left": "X", "right": "Y", "left_keys": [0, 1], "right_keys": [0, 1], "kernel": "matAdd"}"#),
+            (
+                "s",
+                r#"{"op": "join", "left": "X", "right": "Y", "left_keys": [0, 1], "right_keys": [0, 1], "kernel": "matAdd"}"#,
+            ),
             ("f", r#"{"op": "filter", "input": "s", "predicate": "k0 == k1"}"#),
             ("r", r#"{"op": "rekey", "input": "f", "key": "[k0]"}"#),
             ("d", r#"{"op": "transform", "input": "r", "kernel": "diag"}"#),
@@ -117,18 +120,28 @@ pub fn program_for(rule: &str) -> String {
             &[("X", dense(&[4, 4], &[2, 2])), ("Y", dense(&[4, 4], &[2, 2]))],
             &[
                 ("t", r#"{"op": "transform", "input": "X", "kernel": "relu"}"#),
-                ("j", r#"{"op": "join", "left": "t", "right": "Y", "left_keys": [1], "right_keys": [0], "kernel": "matMul"}"#),
+                (
+                    "j",
+                    r#"{"op": "join", "left": "t", "right": "Y", "left_keys": [1], "right_keys": [0], "kernel": "matMul"}"#,
+                ),
                 ("a", r#"{"op": "aggregate", "input": "t", "group_by": [0], "kernel": "matAdd"}"#),
             ],
             &["j", "a"],
         ),
         "R2-4" => program(
             4,
-            &[("X", hashed(&[4, 4], &[2, 2], &[0])), ("R", input(&[4, 4], &[2, 2], r#""replicated""#)), ("Y", dense(&[4, 4], &[2, 2]))],
+            &[
+                ("X", hashed(&[4, 4], &[2, 2], &[0])),
+                ("R", input(&[4, 4], &[2, 2], r#""replicated""#)),
+                ("Y", dense(&[4, 4], &[2, 2])),
+            ],
             &[
                 ("a", r#"{"op": "aggregate", "input": "X", "group_by": [0], "kernel": "matAdd"}"#),
                 ("b", r#"{"op": "aggregate", "input": "X", "group_by": [0, 1], "kernel": "matAdd"}"#),
-                ("j", r#"{"op": "join", "left": "R", "right": "Y", "left_keys": [1], "right_keys": [0], "kernel": "matMul"}"#),
+                (
+                    "j",
+                    r#"{"op": "join", "left": "R", "right": "Y", "left_keys": [1], "right_keys": [0], "kernel": "matMul"}"#,
+                ),
             ],
             &["a", "b", "j"],
         ),
@@ -141,10 +154,7 @@ pub fn program_for(rule: &str) -> String {
         "R2-7" => program(
             4,
             &[("X", dense(&[4, 4], &[2, 2])), ("Y", dense(&[4, 4], &[2, 2]))],
-            &[
-                ("j", MATMUL_J),
-                ("a", r#"{"op": "aggregate", "input": "j", "group_by": [1], "kernel": "matAdd"}"#),
-            ],
+            &[("j", MATMUL_J), ("a", r#"{"op": "aggregate", "input": "j", "group_by": [1], "kernel": "matAdd"}"#)],
             &["a"],
         ),
         other => panic!("no test program for rule {other}: add one"),
@@ -152,7 +162,9 @@ pub fn program_for(rule: &str) -> String {
 }
 
 pub fn join(l: &str, r: &str, lk: &[usize], rk: &[usize], k: &str) -> String {
-    format!(r#"{{"op": "join", "left": "{l}", "right": "{r}", "left_keys": {lk:?}, "right_keys": {rk:?}, "kernel": "{k}"}}"#)
+    format!(
+        r#"{{"op": "join", "left": "{l}", "right": "{r}", "left_keys": {lk:?}, "right_keys": {rk:?}, "kernel": "{k}"}}"#
+    )
 }
 pub fn agg(x: &str, g: &[usize], k: &str) -> String {
     format!(r#"{{"op": "aggregate", "input": "{x}", "group_by": {g:?}, "kernel": "{k}"}}"#)
@@ -245,7 +257,10 @@ pub fn holes(sites: usize) -> String {
         &[
             ("fx", r#"{"op": "filter", "input": "X", "predicate": "k0 + k1 != 3"}"#),
             ("fy", r#"{"op": "filter", "input": "Y", "predicate": "k1 < 2 || k0 == 3"}"#),
-            ("j", r#"{"op": "join", "left": "fx", "right": "fy", "left_keys": [1], "right_keys": [0], "kernel": "matMul"}"#),
+            (
+                "j",
+                r#"{"op": "join", "left": "fx", "right": "fy", "left_keys": [1], "right_keys": [0], "kernel": "matMul"}"#,
+            ),
             ("f", r#"{"op": "filter", "input": "j", "predicate": "k2 == 1 || k1 == 0"}"#),
             ("a", r#"{"op": "aggregate", "input": "f", "group_by": [0, 2], "kernel": "matAdd"}"#),
             ("fa", r#"{"op": "filter", "input": "a", "predicate": "k0 < 3"}"#),
@@ -254,7 +269,10 @@ pub fn holes(sites: usize) -> String {
             ("r2", r#"{"op": "rekey", "input": "r", "key": "[k1, k0]"}"#),
             ("za", r#"{"op": "aggregate", "input": "Z", "group_by": [0, 1], "kernel": "max"}"#),
             ("zt", r#"{"op": "transform", "input": "za", "kernel": "relu"}"#),
-            ("zj", r#"{"op": "join", "left": "zt", "right": "r2", "left_keys": [0, 1], "right_keys": [0, 1], "kernel": "matAdd"}"#),
+            (
+                "zj",
+                r#"{"op": "join", "left": "zt", "right": "r2", "left_keys": [0, 1], "right_keys": [0, 1], "kernel": "matAdd"}"#,
+            ),
             ("zf", r#"{"op": "filter", "input": "zj", "predicate": "k0 == k1"}"#),
             ("zd", r#"{"op": "transform", "input": "zf", "kernel": "diag"}"#),
         ],
@@ -272,7 +290,10 @@ pub fn frontier_mismatch(sites: usize) -> String {
         &[("X", input(&[4, 4], &[2, 2], "")), ("Y", input(&[4, 4], &[2, 2], r#"{"hash": [1]}"#))],
         &[
             ("fy", r#"{"op": "filter", "input": "Y", "predicate": "(k0 == 0 && k1 == 3) || (k0 == 3 && k1 == 0)"}"#),
-            ("j", r#"{"op": "join", "left": "X", "right": "fy", "left_keys": [1], "right_keys": [0], "kernel": "matMul"}"#),
+            (
+                "j",
+                r#"{"op": "join", "left": "X", "right": "fy", "left_keys": [1], "right_keys": [0], "kernel": "matMul"}"#,
+            ),
             ("f", r#"{"op": "filter", "input": "j", "predicate": "k1 == 3"}"#),
             ("t", r#"{"op": "transform", "input": "f", "kernel": "relu"}"#),
             ("r", r#"{"op": "rekey", "input": "t", "key": "[k2, k0, k1]"}"#),

@@ -145,7 +145,8 @@ impl<'r> B<'r> {
         name
     }
     fn finish(self, outputs: &[&str]) -> Option<Program> {
-        let v = json!({"inputs": self.inputs, "nodes": self.nodes, "outputs": outputs, "cluster": {"sites": self.sites}});
+        let v =
+            json!({"inputs": self.inputs, "nodes": self.nodes, "outputs": outputs, "cluster": {"sites": self.sites}});
         let p = Program::from_value(&v).ok()?;
         check_program(&p).ok()?;
         Some(p)

@@ -32,7 +32,9 @@ pub mod mutants;
 pub mod workloads;
 
 use crate::oracle::{bag_erase, eval_tra_node, is_tra, same_value, tra_op, RefOracle, Value};
-use egg::{Applier, ENodeOrVar, Id, Language, Pattern, PatternAst, RecExpr, Rewrite, Runner, SimpleScheduler, Subst, Symbol};
+use egg::{
+    Applier, ENodeOrVar, Id, Language, Pattern, PatternAst, RecExpr, Rewrite, Runner, SimpleScheduler, Subst, Symbol,
+};
 use indexmap::IndexMap;
 use std::cell::Cell;
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -101,8 +103,11 @@ impl Caught {
             Caught::Oracle
         } else if msg.contains("merged") {
             Caught::MergeAssertion
-        } else if msg.contains("ill-typed") || msg.contains("must be physical") || msg.contains("must be logical")
-            || msg.contains("partial aggregate") || msg.contains("expected")
+        } else if msg.contains("ill-typed")
+            || msg.contains("must be physical")
+            || msg.contains("must be logical")
+            || msg.contains("partial aggregate")
+            || msg.contains("expected")
         {
             Caught::Typing
         } else {
@@ -146,7 +151,14 @@ pub struct Failure {
 
 impl fmt::Display for Failure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(f, "rule {} is unsound: seed {}, {} sites ({})", self.rule, self.seed, self.sites, self.caught.words())?;
+        writeln!(
+            f,
+            "rule {} is unsound: seed {}, {} sites ({})",
+            self.rule,
+            self.seed,
+            self.sites,
+            self.caught.words()
+        )?;
         writeln!(f, "  {}", self.message)?;
         writeln!(f, "  program:\n    {}", self.program.replace('\n', "\n    "))?;
         if let Some((a, b)) = &self.plans {
@@ -379,7 +391,13 @@ fn saturate(eg: TraEGraph, rules: &[TraRewrite], opts: &Options, applied: &mut H
 // ---------------------------------------------------------------------------
 // Plans rooted at an e-node.
 
-fn build_class(eg: &TraEGraph, choice: &Choice, c: Id, expr: &mut RecExpr<Ia>, memo: &mut HashMap<Id, Id>) -> Option<Id> {
+fn build_class(
+    eg: &TraEGraph,
+    choice: &Choice,
+    c: Id,
+    expr: &mut RecExpr<Ia>,
+    memo: &mut HashMap<Id, Id>,
+) -> Option<Id> {
     let c = eg.find(c);
     if let Some(&i) = memo.get(&c) {
         return Some(i);
@@ -499,8 +517,8 @@ pub fn check_instance(sets: &RuleSets, program: &Program, seed: u64, opts: &Opti
         plans,
         replay: format!("the instance of seed {seed}"),
     };
-    let typed =
-        check_program(program).map_err(|e| fail(&whole, Caught::OtherPanic, format!("ill-typed program: {e}"), None))?;
+    let typed = check_program(program)
+        .map_err(|e| fail(&whole, Caught::OtherPanic, format!("ill-typed program: {e}"), None))?;
     let mut applied: HashMap<Symbol, usize> = HashMap::new();
     sets.log.lock().expect("log").clear();
     let eg = quietly(|| {
@@ -522,7 +540,8 @@ pub fn check_instance(sets: &RuleSets, program: &Program, seed: u64, opts: &Opti
     })
     .map_err(|msg| {
         // The analysis names the rule that was applying.
-        let rule = sets.tested.iter().find(|r| msg.contains(&format!("rule {r}"))).map_or(whole.clone(), |r| r.to_string());
+        let rule =
+            sets.tested.iter().find(|r| msg.contains(&format!("rule {r}"))).map_or(whole.clone(), |r| r.to_string());
         fail(&rule, Caught::of_panic(&msg), msg, None)
     })?;
     let debug = std::env::var("TRA_SOUNDNESS_DEBUG").is_ok();

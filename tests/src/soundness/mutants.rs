@@ -6,7 +6,9 @@
 //! generator and credits the nodes it builds to that name. The soundness test
 //! requires the harness to report every one of them as a failure.
 
-use super::build::{arity, complete_phys, dims, get, identity_key, inst, kernel, pat, pred, rewrite, rewrite_to, rule, with};
+use super::build::{
+    arity, complete_phys, dims, get, identity_key, inst, kernel, pat, pred, rewrite, rewrite_to, rule, with,
+};
 use tra_optimizer::egraph::{Param, TraEGraph};
 use tra_optimizer::rule::RuleDef;
 use tra_optimizer::types::{self, Placement};
@@ -140,9 +142,13 @@ fn r1_3_any_key_map() -> RuleDef {
         "R1-3",
         "(lfilter ?p (lmap ?f ?k ?x)) = (lmap ?f ?k (lfilter ?p ?x))",
         "MUTANT: none (the identity-key-map condition is dropped)",
-        vec![rewrite_to("R1-3", "R1-3/mutant", "(lfilter ?p (lmap ?f ?k ?x))", "(lmap ?f ?k (lfilter ?p ?x))", |_, _, _| {
-            Some(vec![])
-        })],
+        vec![rewrite_to(
+            "R1-3",
+            "R1-3/mutant",
+            "(lfilter ?p (lmap ?f ?k ?x))",
+            "(lmap ?f ?k (lfilter ?p ?x))",
+            |_, _, _| Some(vec![]),
+        )],
     )
 }
 
@@ -151,13 +157,19 @@ fn r1_5_not_renamed() -> RuleDef {
         "R1-5",
         "(lfilter ?p (lagg ?g ?k ?x)) = (lagg ?g ?k (lfilter ?p ?x))",
         "MUTANT: the predicate is not renamed to the group-by dims",
-        vec![rewrite_to("R1-5", "R1-5/mutant", "(lfilter ?p (lagg ?g ?k ?x))", "(lagg ?g ?k (lfilter ?p ?x))", |eg, _, s| {
-            let (p, g, k) = (pred(eg, get(s, "?p"))?, dims(eg, get(s, "?g"))?, kernel(eg, get(s, "?k"))?);
-            if types::concat_params(&k).is_some() || p.dims_read().iter().any(|&d| d >= g.len()) {
-                return None;
-            }
-            Some(vec![])
-        })],
+        vec![rewrite_to(
+            "R1-5",
+            "R1-5/mutant",
+            "(lfilter ?p (lagg ?g ?k ?x))",
+            "(lagg ?g ?k (lfilter ?p ?x))",
+            |eg, _, s| {
+                let (p, g, k) = (pred(eg, get(s, "?p"))?, dims(eg, get(s, "?g"))?, kernel(eg, get(s, "?k"))?);
+                if types::concat_params(&k).is_some() || p.dims_read().iter().any(|&d| d >= g.len()) {
+                    return None;
+                }
+                Some(vec![])
+            },
+        )],
     )
 }
 
