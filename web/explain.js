@@ -11,10 +11,9 @@
 
 import {si} from "./util.js";
 
-/** Whether two costs tie on their total (the figure the chart and cards show). */
+/** Whether two costs tie on their total, compared exactly as the optimizer compares them. */
 export function sameTotal(a, b) {
-  const x = Number(a.total), y = Number(b.total);
-  return x === y || Math.abs(x - y) <= 1e-12 * Math.max(Math.abs(x), Math.abs(y));
+  return Number(a.total) === Number(b.total);
 }
 
 /**
