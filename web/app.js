@@ -384,7 +384,10 @@ function render() {
       <div class="alt-meta muted small"><b>${si(a.cost.network_floats)}</b> floats moved · ${si(a.cost.flops)} flops · ${Object.keys(a.plan.nodes || {}).length} operators${hot.length ? " · hottest <b class='mono'>" + esc(hot.join(", ")) + "</b>" : ""}${strat ? "<br>joins: " + esc(strat) : ""}</div>
       <div class="dag-wrap"></div>`;
     wrap.appendChild(card);
-    state.views.push(new DagView(card.querySelector(".dag-wrap"), a.plan, a.report, {
+  });
+  // the plans are drawn once every card is in place, at their final widths
+  alts.forEach((a, i) => {
+    state.views.push(new DagView(wrap.children[i].querySelector(".dag-wrap"), a.plan, a.report, {
       planTotal: a.cost.total, builtBy: a.built_by || {}, rules: state.rules,
       onEnlarge: () => openDag(a, i),
     }));

@@ -192,8 +192,11 @@ export class DagView {
       this.resize = new ResizeObserver(() => {
         if (Math.abs(this.view.clientWidth - w) < 2) return;
         w = this.view.clientWidth;
-        this.sizeView();
-        if (this.fitted) this.fit();
+        if (!this.dir) this.draw(); // the better layout direction may change with the width
+        else {
+          this.sizeView();
+          if (this.fitted) this.fit();
+        }
       });
       this.resize.observe(this.view);
     }

@@ -355,6 +355,8 @@ test("the page of tra serve", async (t) => {
     const fitted = await outsideView(card);
     assert.equal(fitted.operators, 26);
     assert.deepEqual(fitted.outside, [], "after Fit every operator is inside the view");
+    const scale = Number(await card.locator(".dag-view").getAttribute("data-scale"));
+    assert.ok(scale >= 0.15, `fitted at a scale where the boxes can still be told apart (${scale})`);
     const view = await card.locator(".dag-view").evaluate((e) => ({sh: e.scrollHeight, ch: e.clientHeight, sw: e.scrollWidth, cw: e.clientWidth}));
     assert.ok(view.sh <= view.ch + 1 && view.sw <= view.cw + 1, `no nested scroll area: ${JSON.stringify(view)}`);
     const overflowX = await page.evaluate(() => document.documentElement.scrollWidth - document.documentElement.clientWidth);
@@ -449,7 +451,11 @@ test("the page of tra serve", async (t) => {
       await page.waitForFunction(() => document.body.dataset.sweep === "done", null, {timeout: 60_000});
       const overflowX = await page.evaluate(() => document.documentElement.scrollWidth - document.documentElement.clientWidth);
       assert.ok(overflowX <= 0, `${name} at ${width} px does not scroll sideways (${overflowX} px)`);
-      for (const card of await page.locator(".alt-card").all()) assert.deepEqual((await outsideView(card)).outside, [], `${name} at ${width}: every plan fits its view`);
+      for (const card of await page.locator(".alt-card").all()) {
+        assert.deepEqual((await outsideView(card)).outside, [], `${name} at ${width}: every plan fits its view`);
+        const scale = Number(await card.locator(".dag-view").getAttribute("data-scale"));
+        assert.ok(scale >= 0.15, `${name} at ${width}: a plan fitted at ${scale}`);
+      }
       await page.locator(".alt-card.chosen g.dnode.hot").first().click();
       await page.hover('#sweepChart rect.hover-col[data-n="5"]');
       await page.screenshot({path: resolve(artifacts, `page-${name}-${width}.png`), fullPage: true});
