@@ -2,7 +2,7 @@
 # Browser test of the page `tra serve` serves at `/`: Debian's chromium driven by
 # playwright-core (node:test). Installs what it needs: the tra binary (cargo
 # build), chromium (apt-get, Debian's package) and playwright-core (npm ci;
-# Playwright never downloads a browser). Leaves web/test/screenshot.png.
+# Playwright never downloads a browser). Leaves screenshots of the page in web/test/artifacts/ (git-ignored).
 #   TRA_BIN=path/to/tra   use that binary instead of building target/debug/tra
 set -euo pipefail
 cd "$(dirname "$0")/.."

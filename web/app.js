@@ -1,10 +1,15 @@
 // tra plan explorer: why did one plan beat another?
 // Talks to GET /v1/examples, GET /v1/rules, POST /v1/optimize, POST /v1/execute.
+//
+// The editor's JSON is the one state of the page: the sites slider and the
+// α/β inputs show its `cluster` and rewrite it when moved, and Optimize sends
+// exactly the text on screen.
 
-import {esc, full, si, ms, dims, clip, pool, PALETTE} from "./util.js";
-import {Editor, locate, offsetOf} from "./editor.js";
-import {renderDag, mostExpensive, paramText} from "./dag.js";
+import {esc, full, si, ms, dims, clip, pool, exact, kernelText, PALETTE, seriesTag} from "./util.js";
+import {Editor, locate, offsetOf, setMember} from "./editor.js";
+import {DagView, mostExpensive, paramText} from "./dag.js";
 import {renderSweep} from "./chart.js";
+import {acronym, ratioText, sameTotal, tieBreak} from "./explain.js";
 
 const $ = (id) => document.getElementById(id);
 const editor = new Editor($("editor"));
@@ -13,13 +18,22 @@ const state = {
   examples: {},
   rules: new Map(),
   answer: null,        // the last successful optimize answer
-  body: null,          // the request that produced it
+  body: null,          // the program that produced it
   gen: 0,              // generation of the main optimize request
   sweepGen: 0,
   sweep: null,         // {key, ns, byN}
-  colors: new Map(),   // series key → colour
-  labels: new Map(),   // series key → display label
+  colors: new Map(),   // series key (the join strategies) → colour
+  tags: new Map(),     // series key → letter
+  labels: new Map(),   // series key → label (at the current site count when known)
   colorKey: null,      // the program the colours belong to
+  views: [],           // the DAG views of the cards
+};
+
+/** What the strategy acronyms at the head of a label mean. */
+const ACRONYMS = {
+  BMM: "Broadcast matrix multiply: one operand is copied to every site, the other stays partitioned.",
+  CMM: "Cross-product matrix multiply: both operands are partitioned on the common dimension k; each site multiplies its blocks and the partial sums are added after an exchange.",
+  RMM: "Replication-based (3D) matrix multiply: operands are replicated along the dimension they lack, so each site computes whole sums for its output blocks.",
 };
 
 /* ---------------- requests (cached) ---------------- */
@@ -56,28 +70,14 @@ function optimizeCached(body) {
   return cache.get(key);
 }
 
-/* ---------------- controls ---------------- */
+/* ---------------- the editor is the state; the controls follow it ---------------- */
 
-function controls() {
-  return {
-    sites: Number($("sites").value),
-    network_weight: Number($("alpha").value),
-    compute_weight: Number($("beta").value),
-  };
-}
+/** The defaults the API applies to a missing cluster field. */
+const CLUSTER_DEFAULTS = {sites: 4, network_weight: 1, compute_weight: 0};
+const CONTROL_OF = {sites: "sites", network_weight: "alpha", compute_weight: "beta"};
 
-function setControls(cluster) {
-  const c = cluster || {};
-  const sites = Number.isFinite(c.sites) ? c.sites : 4;
-  $("sites").max = String(Math.max(32, sites));
-  $("sites").value = String(sites);
-  $("sitesOut").textContent = String(sites);
-  $("alpha").value = String(c.network_weight ?? 1);
-  $("beta").value = String(c.compute_weight ?? 0);
-}
-
-/** The editor's program with the controls' cluster, or a client-side error. */
-function requestFromEditor() {
+/** The editor's program, or a client-side error. */
+function parseEditor() {
   const text = editor.value;
   let program;
   try {
@@ -94,8 +94,63 @@ function requestFromEditor() {
   if (!program || typeof program !== "object" || Array.isArray(program)) {
     return {error: {code: "bad_json", message: "the program must be a JSON object with inputs, nodes and outputs", at: "", pos: 0}};
   }
-  program.cluster = Object.assign({}, program.cluster || {}, controls());
   return {program};
+}
+
+/** Whether a program's cluster is something the controls can show and edit. */
+function clusterEditable(program) {
+  const c = program.cluster;
+  return c === undefined || c === null || (typeof c === "object" && !Array.isArray(c));
+}
+
+/** The controls show the editor's cluster (defaults where a field is absent). */
+function controlsFromEditor() {
+  const r = parseEditor();
+  const ok = !r.error && clusterEditable(r.program);
+  for (const id of Object.values(CONTROL_OF)) $(id).disabled = !ok;
+  $("controlsNote").textContent = ok ? "" : r.error ? "Fix the JSON to use these controls." : "`cluster` must be an object to use these controls.";
+  $("controlsNote").classList.toggle("hidden", ok);
+  if (!ok) return;
+  const c = r.program.cluster || {};
+  const sites = c.sites ?? CLUSTER_DEFAULTS.sites;
+  if (Number.isInteger(sites) && sites >= 1) {
+    $("sites").max = String(Math.max(32, sites));
+    $("sites").value = String(sites);
+  }
+  $("sitesOut").textContent = typeof sites === "number" ? String(sites) : JSON.stringify(sites);
+  for (const f of ["network_weight", "compute_weight"]) {
+    const input = $(CONTROL_OF[f]);
+    const v = c[f] ?? CLUSTER_DEFAULTS[f];
+    // leave a number being typed ("0.", "1e") alone while it means the same
+    if (document.activeElement === input && input.value !== "" && Number(input.value) === v) continue;
+    input.value = typeof v === "number" ? String(v) : "";
+  }
+  document.body.dataset.editorSites = String(sites);
+  markStale();
+}
+
+/** A control moved: write its value into the editor's `cluster`. False if the editor cannot take it. */
+function controlToEditor(field, value) {
+  const r = parseEditor();
+  if (r.error || !clusterEditable(r.program)) {
+    controlsFromEditor();
+    return false;
+  }
+  const text = editor.value;
+  const v = JSON.stringify(value);
+  const next = r.program.cluster ? setMember(text, ["cluster"], field, v) : setMember(text, [], "cluster", `{${JSON.stringify(field)}: ${v}}`);
+  if (next === null) return false;
+  editor.replace(next);
+  document.body.dataset.editorSites = String(field === "sites" ? value : (r.program.cluster?.sites ?? CLUSTER_DEFAULTS.sites));
+  markStale();
+  return true;
+}
+
+/** Say so when the editor holds a program that is not the one whose results are shown. */
+function markStale() {
+  const r = parseEditor();
+  const stale = state.body && !r.error && JSON.stringify(r.program) !== JSON.stringify(state.body);
+  $("editedNote").classList.toggle("hidden", !stale);
 }
 
 /* ---------------- errors ---------------- */
@@ -137,31 +192,19 @@ function showError(err) {
 
 /* ---------------- series (alternatives across site counts) ---------------- */
 
+/** An alternative's series: its join strategies (the optimizer keeps one alternative per strategy list). */
 function seriesKey(alt) {
-  return alt.label + "|" + JSON.stringify(alt.strategy || []);
+  return JSON.stringify(alt.strategy || []) + (alt.strategy?.length ? "" : "|" + alt.label);
 }
 
-function noteSeries(alts) {
-  // assign colours in order of first appearance; disambiguate repeated labels
+function noteSeries(alts, {current = false} = {}) {
   for (const a of alts) {
     const k = seriesKey(a);
-    if (!state.colors.has(k)) state.colors.set(k, PALETTE[state.colors.size % PALETTE.length]);
-    if (!state.labels.has(k)) state.labels.set(k, a.label);
-  }
-  const byLabel = new Map();
-  for (const k of state.colors.keys()) {
-    const l = k.slice(0, k.indexOf("|"));
-    byLabel.set(l, (byLabel.get(l) || 0) + 1);
-  }
-  for (const k of state.colors.keys()) {
-    const i = k.indexOf("|");
-    const l = k.slice(0, i);
-    if (byLabel.get(l) > 1) {
-      const strat = [...new Set(JSON.parse(k.slice(i + 1)))].join(", ");
-      state.labels.set(k, l + (strat ? " (" + strat + ")" : ""));
-    } else {
-      state.labels.set(k, l);
+    if (!state.colors.has(k)) {
+      state.tags.set(k, seriesTag(state.colors.size));
+      state.colors.set(k, PALETTE[state.colors.size % PALETTE.length]);
     }
+    if (current || !state.labels.has(k)) state.labels.set(k, a.label);
   }
 }
 
@@ -181,7 +224,8 @@ function scheduleOptimize(delay = 120) {
 }
 
 async function optimize() {
-  const req = requestFromEditor();
+  clearTimeout(debounce);
+  const req = parseEditor();
   if (req.error) { showError(req.error); return; }
   const body = req.program;
   const gen = ++state.gen;
@@ -202,13 +246,16 @@ async function optimize() {
   if (state.colorKey !== pk) {
     state.colorKey = pk;
     state.colors = new Map();
+    state.tags = new Map();
     state.labels = new Map();
   }
   state.answer = r.data;
   state.body = body;
-  noteSeries(r.data.alternatives || []);
+  noteSeries(r.data.alternatives || [], {current: true});
   render();
-  document.body.dataset.sites = String(body.cluster.sites);
+  markStale();
+  const sites = body.cluster?.sites ?? CLUSTER_DEFAULTS.sites;
+  document.body.dataset.sites = String(sites);
   document.body.dataset.optimized = String(gen);
   startSweep(body);
   resetRun();
@@ -216,59 +263,88 @@ async function optimize() {
 
 /* ---------------- rendering the answer ---------------- */
 
-function sortedAlternatives(answer) {
-  const alts = (answer.alternatives || []).map((a, i) => ({...a, index: i}));
-  alts.sort((a, b) => a.cost.total - b.cost.total || a.index - b.index);
-  const planJson = JSON.stringify(answer.plan);
-  let chosen = alts.findIndex((a) => JSON.stringify(a.plan) === planJson);
-  if (chosen < 0) chosen = 0;
-  return {alts, chosen};
+function alternativesOf(answer) {
+  // the server sends them cheapest first (ties in its own order), the chosen plan first
+  return (answer.alternatives || []).map((a, i) => ({...a, index: i}));
 }
 
-/** What an operand is, for people: an input's name (through per-tuple local ops), or "n3 (join)". */
-function origin(plan, name) {
-  const seen = new Set();
+/** The number of copies a key expression makes ("[0..4, k0, k1]" → 4). */
+function fanout(key) {
+  let f = 1;
+  for (const m of String(key || "").matchAll(/(\d+)\s*\.\.\s*(\d+)/g)) f *= Math.max(1, Number(m[2]) - Number(m[1]));
+  return f;
+}
+
+/** What an exchanged relation is, for people: "X", "filtered X", "4 copies of Y", "the matMul join's output". */
+function relationText(plan, name) {
   let cur = name;
-  while (cur && !seen.has(cur)) {
-    seen.add(cur);
-    if (plan.inputs && cur in plan.inputs) return cur;
+  const words = [];
+  let copies = 1;
+  for (let i = 0; i < 1000 && cur; i++) {
+    if (plan.inputs && cur in plan.inputs) {
+      return (copies > 1 ? `${copies} copies of ` : "") + (words.length ? words.join(" ") + " " : "") + cur;
+    }
     const node = plan.nodes?.[cur];
     if (!node) return cur;
-    if ((node.op === "local_map" || node.op === "local_filter") && typeof node.input === "string") { cur = node.input; continue; }
-    return `${cur} (${node.op.replace(/^local_/, "")})`;
+    if (node.op === "local_filter") { words.unshift("filtered"); cur = node.input; continue; }
+    if (node.op === "shuffle") { cur = node.input; continue; }
+    if (node.op === "local_map" && !node.kernel) { copies *= fanout(node.key); cur = node.input; continue; }
+    const what = {local_join: "join", local_aggregate: "aggregation", local_map: "map", broadcast: "broadcast"}[node.op] || node.op;
+    const k = kernelText(node.kernel);
+    return `the ${k ? k + " " : ""}${what}'s output`;
   }
   return name;
 }
 
-function exchanges(plan, report) {
-  return Object.entries(plan.nodes || {})
+function describeMoves(plan, report) {
+  const ex = Object.entries(plan.nodes || {})
     .filter(([n]) => (Number(report?.[n]?.network_floats) || 0) > 0)
-    .map(([n, node]) => ({name: n, op: node.op, of: origin(plan, node.input ?? node.left ?? ""), floats: Number(report[n].network_floats)}));
+    .map(([n, node]) => ({op: node.op, of: relationText(plan, node.input ?? ""), floats: Number(report[n].network_floats)}));
+  if (!ex.length) return "moves nothing";
+  const parts = ex.map((e) => `${esc(e.op)} of <span class="rel">${esc(e.of)}</span> ${si(e.floats)}`);
+  return "moves " + (parts.length > 4 ? parts.slice(0, 4).join(" + ") + ` + ${parts.length - 4} more` : parts.join(" + "));
 }
 
-function describeMoves(plan, report) {
-  const ex = exchanges(plan, report);
-  if (!ex.length) return "moves nothing";
-  const parts = ex.map((e) => `${esc(e.op)} of <span class="mono">${esc(e.of)}</span> ${si(e.floats)}`);
-  return "moves " + (parts.length > 4 ? parts.slice(0, 4).join(" + ") + ` + ${parts.length - 4} more` : parts.join(" + "));
+function acronymTitle(label) {
+  const a = acronym(label);
+  return a && ACRONYMS[a] ? `${label}\n\n${a}: ${ACRONYMS[a]}` : label;
+}
+
+function tagHtml(key) {
+  return `<b class="tag" style="background:${state.colors.get(key) || "#999"}">${esc(state.tags.get(key) || "?")}</b>`;
+}
+
+/** The tie note of the summary: which alternatives cost the same as the chosen one and what broke the tie. */
+function tieNote(alts) {
+  const best = alts[0];
+  const tied = alts.slice(1).filter((a) => sameTotal(a.cost, best.cost));
+  if (!tied.length) return "";
+  const items = tied.map((a) => {
+    const tb = tieBreak(best.cost, a.cost);
+    return `<div><b>Tie</b> with ${tagHtml(seriesKey(a))} <b>${esc(a.label)}</b>, also ${si(a.cost.total)}: the chosen plan has ${esc(tb.short)}.</div>`;
+  }).join("");
+  return `<div class="tie-note" id="tieNote" data-by="${tieBreak(best.cost, tied[0].cost).by}">${items}
+    <div class="small">Equal costs are broken by fewer flops, then fewer floats moved, then a fixed order (the plan of the
+    optimizer's unrestricted search before the plans restricted to one join strategy), so the same program always gets the same plan.</div></div>`;
 }
 
 function render() {
   const answer = state.answer;
   const body = state.body;
-  const {alts, chosen} = sortedAlternatives(answer);
-  const cl = body.cluster;
-  const best = alts[chosen] || {cost: answer.cost, label: "chosen plan", plan: answer.plan, report: answer.report};
-  const runner = alts.find((_, i) => i !== chosen);
+  const alts = alternativesOf(answer);
+  const cl = {...CLUSTER_DEFAULTS, ...(body.cluster || {})};
+  const best = alts[0] || {cost: answer.cost, label: "chosen plan", plan: answer.plan, report: answer.report, strategy: []};
+  const runner = alts[1];
 
   // summary: why the chosen plan won
-  let why = `<div class="summary-main"><span class="badge chosen">✓ chosen</span> <b>${esc(best.label)}</b>
+  let why = `<div class="summary-main"><span class="badge chosen">✓ chosen</span> ${tagHtml(seriesKey(best))} <b title="${esc(acronymTitle(best.label))}">${esc(best.label)}</b>
     — cost <b>${si(answer.cost.total)}</b> on ${cl.sites} site${cl.sites === 1 ? "" : "s"}
     <span class="muted">(${si(answer.cost.network_floats)} floats moved, ${si(answer.cost.flops)} flops; cost = ${cl.network_weight}·floats + ${cl.compute_weight}·flops)</span></div>`;
   if (runner) {
-    const ratio = best.cost.total > 0 ? runner.cost.total / best.cost.total : null;
-    why += `<div class="summary-why">It ${describeMoves(best.plan, best.report)}; the runner-up, <b>${esc(runner.label)}</b>, ${describeMoves(runner.plan, runner.report)}
-      ${ratio !== null ? ` — <b>${ratio.toFixed(2)}×</b> the cost` : runner.cost.total > 0 ? "" : " — the same cost"}.</div>`;
+    const same = sameTotal(runner.cost, best.cost);
+    why += `<div class="summary-why">It ${describeMoves(best.plan, best.report)}; the runner-up, ${tagHtml(seriesKey(runner))} <b>${esc(runner.label)}</b>, ${describeMoves(runner.plan, runner.report)}
+      — ${same ? "<b>the same cost</b>" : `<b>${esc(ratioText(runner.cost, best.cost))}</b> the cost`}.</div>`;
+    why += tieNote(alts);
   } else {
     why += `<div class="summary-why">The e-graph holds only one strategy for this program. It ${describeMoves(best.plan, best.report)}.</div>`;
   }
@@ -276,23 +352,28 @@ function render() {
 
   // alternatives side by side
   const wrap = $("alts");
+  for (const v of state.views) v.resize?.disconnect();
+  state.views = [];
   wrap.innerHTML = "";
   const maxTotal = Math.max(...alts.map((a) => a.cost.total), 0);
   alts.forEach((a, i) => {
     const key = seriesKey(a);
     const card = document.createElement("article");
-    card.className = "alt-card" + (i === chosen ? " chosen" : "");
+    const chosen = i === 0;
+    const tb = chosen ? null : tieBreak(best.cost, a.cost);
+    card.className = "alt-card" + (chosen ? " chosen" : "") + (tb ? " tied" : "");
     card.dataset.rank = String(i + 1);
     card.dataset.label = a.label;
-    const ratio = best.cost.total > 0 ? a.cost.total / best.cost.total : (a.cost.total > 0 ? Infinity : 1);
-    const rel = i === chosen ? `<span class="badge chosen">✓ chosen</span>`
-      : `<span class="ratio">${Number.isFinite(ratio) ? ratio.toFixed(2) + "×" : "more"} the chosen</span>`;
+    card.dataset.tag = state.tags.get(key) || "";
+    const rel = chosen ? `<span class="badge chosen">✓ chosen</span>`
+      : tb ? `<span class="badge tie" title="${esc(tb.text)}">tie — chosen has ${esc(tb.by === "order" ? "the first place in the fixed order" : tb.by === "flops" ? "fewer flops" : "fewer floats moved")}</span>`
+        : `<span class="ratio">${esc(ratioText(a.cost, best.cost))} the chosen</span>`;
     const hot = [...mostExpensive(a.plan, a.report)];
-    const strat = (a.strategy && a.strategy.length) ? [...new Set(a.strategy)].join(", ") : "";
+    const strat = (a.strategy && a.strategy.length) ? [...new Set(a.strategy)].join(", ").replaceAll("_", " ") : "";
     card.innerHTML = `
       <header class="alt-head">
-        <span class="rank">#${i + 1}</span><i class="swatch" style="background:${state.colors.get(key) || "#999"}"></i>
-        <span class="alt-label" title="${esc(a.label)}">${esc(a.label)}</span>
+        <span class="rank">#${i + 1}</span>${tagHtml(key)}
+        <span class="alt-label" title="${esc(acronymTitle(a.label))}">${esc(a.label)}</span>
       </header>
       <div class="alt-cost" data-total="${a.cost.total}">
         <span class="cost-total" title="cost ${full(a.cost.total)}">${si(a.cost.total)}</span>
@@ -300,15 +381,18 @@ function render() {
         ${rel}
       </div>
       <div class="costbar" title="cost relative to the most expensive alternative"><i style="width:${maxTotal > 0 ? (100 * a.cost.total / maxTotal).toFixed(1) : 0}%"></i></div>
-      <div class="alt-meta muted small"><b>${si(a.cost.network_floats)}</b> floats moved · ${si(a.cost.flops)} flops · ${Object.keys(a.plan.nodes || {}).length} operators${hot.length ? " · hottest <b class='mono'>" + esc(hot.join(", ")) + "</b>" : ""}${strat ? "<br>strategy: " + esc(strat) : ""}</div>
+      <div class="alt-meta muted small"><b>${si(a.cost.network_floats)}</b> floats moved · ${si(a.cost.flops)} flops · ${Object.keys(a.plan.nodes || {}).length} operators${hot.length ? " · hottest <b class='mono'>" + esc(hot.join(", ")) + "</b>" : ""}${strat ? "<br>joins: " + esc(strat) : ""}</div>
       <div class="dag-wrap"></div>`;
     wrap.appendChild(card);
-    renderDag(card.querySelector(".dag-wrap"), a.plan, a.report, {planTotal: a.cost.total});
+  });
+  // the plans are drawn once every card is in place, at their final widths
+  alts.forEach((a, i) => {
+    state.views.push(new DagView(wrap.children[i].querySelector(".dag-wrap"), a.plan, a.report, {
+      planTotal: a.cost.total, builtBy: a.built_by || {}, rules: state.rules,
+      onEnlarge: () => openDag(a, i),
+    }));
   });
   $("altCount").textContent = `${alts.length} alternative${alts.length === 1 ? "" : "s"}, cheapest first`;
-  requestAnimationFrame(() => {
-    if (wrap.scrollWidth > wrap.clientWidth + 4) $("altCount").textContent += " — scroll sideways for the rest →";
-  });
 
   // rules and e-graph figures
   const rules = answer.rules_applied || [];
@@ -319,15 +403,29 @@ function render() {
   const s = answer.stats || {};
   $("egraph").innerHTML = [
     ["e-nodes", full(s.egraph_nodes)], ["e-classes", full(s.egraph_classes)], ["iterations", full(s.iterations)],
-    ["stop reason", esc(s.stop_reason || "–")], ["time", ms(s.optimize_ms)],
-  ].map(([k, v]) => `<div class="stat"><div class="stat-v">${v}</div><div class="stat-k">${k}</div></div>`).join("");
+    ["stop reason", esc((s.stop_reason || "–").replaceAll("_", " ")), "text"], ["time", ms(s.optimize_ms)],
+  ].map(([k, v, cls]) => `<div class="stat"><div class="stat-v ${cls || ""}">${v}</div><div class="stat-k">${k}</div></div>`).join("");
+}
+
+/** The large view of one alternative's DAG. */
+function openDag(a, i) {
+  const dlg = $("dagDialog");
+  $("dagDialogTitle").innerHTML = `#${i + 1} ${tagHtml(seriesKey(a))} ${esc(a.label)} <span class="muted small">— cost ${si(a.cost.total)}</span>`;
+  const body = $("dagDialogBody");
+  body.innerHTML = "";
+  dlg.showModal();
+  state.dialogView?.resize?.disconnect();
+  state.dialogView = new DagView(body, a.plan, a.report, {
+    planTotal: a.cost.total, builtBy: a.built_by || {}, rules: state.rules,
+    maxHeight: Math.max(300, window.innerHeight - 190), wheelZooms: true,
+  });
 }
 
 /* ---------------- the sites sweep ---------------- */
 
 async function startSweep(body) {
   const pk = programKey(body);
-  const sites = body.cluster.sites;
+  const sites = body.cluster?.sites ?? CLUSTER_DEFAULTS.sites;
   const hi = Math.max(16, sites);
   const ns = Array.from({length: hi}, (_, i) => i + 1);
   if (state.sweep && state.sweep.key === pk && state.sweep.ns.length === ns.length) {
@@ -340,18 +438,21 @@ async function startSweep(body) {
   const jobs = ns.map((n) => async () => {
     if (gen !== state.sweepGen) return;
     const b = JSON.parse(JSON.stringify(body));
-    b.cluster.sites = n;
+    b.cluster = {...(b.cluster || {}), sites: n};
     const r = await optimizeCached(b);
     if (gen !== state.sweepGen) return;
     if (r.ok) {
-      noteSeries(r.data.alternatives || []);
-      const costs = new Map();
-      for (const a of r.data.alternatives || []) {
+      const alts = r.data.alternatives || [];
+      noteSeries(alts);
+      const costs = new Map(), labels = new Map(), order = [];
+      for (const a of alts) {
         const k = seriesKey(a);
-        costs.set(k, Math.min(costs.get(k) ?? Infinity, a.cost.total));
+        if (costs.has(k)) continue;
+        costs.set(k, a.cost);
+        labels.set(k, a.label);
+        order.push(k);
       }
-      const {alts, chosen} = sortedAlternatives(r.data);
-      state.sweep.byN.set(n, {costs, chosen: alts[chosen] ? seriesKey(alts[chosen]) : null});
+      state.sweep.byN.set(n, {costs, labels, order, chosen: order[0] ?? null});
     } else {
       state.sweep.byN.set(n, {error: r.data.error?.message || "failed"});
     }
@@ -366,12 +467,13 @@ function drawSweep() {
   if (!sw) return;
   const series = [...state.colors.keys()]
     .filter((k) => sw.ns.some((n) => sw.byN.get(n)?.costs?.has(k)))
-    .map((k) => ({key: k, label: state.labels.get(k) || k, color: state.colors.get(k)}));
+    .map((k) => ({key: k, label: state.labels.get(k) || k, color: state.colors.get(k), tag: state.tags.get(k)}));
   const current = Number($("sites").value);
   renderSweep($("sweepChart"), sw, series, current, (n) => {
-    $("sites").value = String(n);
-    $("sitesOut").textContent = String(n);
-    scheduleOptimize(0);
+    if (controlToEditor("sites", n)) {
+      controlsFromEditor();
+      scheduleOptimize(0);
+    }
   });
   $("sweepStatus").textContent = sw.done < sw.ns.length ? `optimizing ${sw.done}/${sw.ns.length}…` : `${sw.ns.length} site counts`;
   document.body.dataset.sweep = sw.done < sw.ns.length ? "busy" : "done";
@@ -409,8 +511,9 @@ function resetRun() {
   const big = max > RUN_LIMIT;
   state.runScaled = big;
   const blocks = Object.values(state.body.inputs || {}).map((i) => dims(i.array_bounds));
+  const whereText = state.body.inputs && where in state.body.inputs ? `input <span class="mono">${esc(where)}</span>` : `an intermediate result (${esc(relationText(state.answer.plan, where))})`;
   $("runNote").innerHTML = big
-    ? `The data is too large to run here (<span class="mono">${esc(where)}</span> holds ${si(max)} floats). <b>Run executes a scaled-down copy</b>: the same program, keys and sites, with blocks of at most ${SMALL_BLOCK}×${SMALL_BLOCK} instead of ${esc([...new Set(blocks)].join(", "))}, on random data.`
+    ? `The data is too large to run here (${whereText} holds ${si(max)} floats). <b>Run executes a scaled-down copy</b>: the same program, keys and sites, with blocks of at most ${SMALL_BLOCK}×${SMALL_BLOCK} instead of ${esc([...new Set(blocks)].join(", "))}, on random data.`
     : `Runs the chosen plan on random data through <span class="mono">POST /v1/execute</span>.`;
   $("run").textContent = big ? `Run scaled-down copy (blocks ≤ ${SMALL_BLOCK})` : "Run on random data";
   $("run").disabled = false;
@@ -448,6 +551,7 @@ function renderRun(d, program) {
   const perOp = Object.keys(timings).filter((k) => k !== "total");
   const report = d.report || {};
   const moved = d.floats_moved || {};
+  const fusedInto = new Map((Array.isArray(d.operators) ? d.operators : []).filter((o) => o.fused_into).map((o) => [o.name, o.fused_into]));
   const nodes = Object.entries(d.plan?.nodes || {});
   const maxF = Math.max(1, ...nodes.map(([n]) => Math.max(Number(report[n]?.network_floats) || 0, Number(moved[n]) || 0)));
   const maxT = Math.max(1e-9, ...perOp.map((k) => Number(timings[k]) || 0));
@@ -459,22 +563,26 @@ function renderRun(d, program) {
       <div class="stat"><div class="stat-v">${si(d.network_floats_predicted)}</div><div class="stat-k">floats moved, predicted</div></div>
       <div class="stat ${ok ? "good" : "warn"}"><div class="stat-v">${ok ? "✓ equal" : "≠"}</div><div class="stat-k">measured vs predicted</div></div>
     </div>
-    <div class="muted small">${state.runScaled ? "Scaled-down copy" : "Program"} on ${d.sites ?? program.cluster.sites} sites; ${same ? "the optimizer chose the same plan as above for it." : "<b>the optimizer chose a different plan for it</b> (its operators are listed below)."}
+    <div class="muted small">${state.runScaled ? "Scaled-down copy" : "Program"} on ${d.sites ?? program.cluster?.sites ?? CLUSTER_DEFAULTS.sites} sites; ${same ? "the optimizer chose the same plan as above for it." : "<b>the optimizer chose a different plan for it</b> (its operators are listed below)."}
     ${perOp.length ? "" : " Per-operator timing is not available from this executor: only the total is measured."}</div>
     <table class="run-table"><thead><tr><th>operator</th><th>op</th><th class="num">predicted floats</th><th class="num">measured floats</th><th class="bars">floats moved: <i class="pair-key pred"></i> predicted <i class="pair-key meas"></i> measured</th>${perOp.length ? "<th class='num'>time</th><th class='bars'></th>" : ""}</tr></thead><tbody>`;
   for (const [n, node] of nodes) {
     const p = Number(report[n]?.network_floats) || 0;
     const m = Number(moved[n]) || 0;
     const t = timings[n];
-    html += `<tr class="${p !== m ? "mismatch" : ""}"><td class="mono">${esc(n)}</td><td>${esc(node.op)} <span class="muted small">${esc(clip(paramText(node), 26))}</span></td>
+    const fused = fusedInto.get(n);
+    const time = t !== undefined ? ms(Number(t))
+      : fused ? `<span class="fused" title="the executor computes this ${esc(node.op)} inside ${esc(fused)} (a fused matmul and sum); its time is counted there">fused into <span class="mono">${esc(fused)}</span></span>`
+        : `<span class="muted" title="not timed on its own by this executor">not timed</span>`;
+    html += `<tr class="${p !== m ? "mismatch" : ""}${fused ? " fused-row" : ""}"><td class="mono">${esc(n)}</td><td>${esc(node.op)} <span class="muted small">${esc(clip(paramText(node), 26))}</span></td>
       <td class="num">${full(p)}</td><td class="num">${full(m)}</td>
       <td class="bars"><div class="pair"><i class="pred" style="width:${(100 * p / maxF).toFixed(1)}%"></i><i class="meas" style="width:${(100 * m / maxF).toFixed(1)}%"></i></div></td>
-      ${perOp.length ? `<td class="num">${t === undefined ? "–" : ms(Number(t))}</td><td class="bars"><div class="pair"><i class="time" style="width:${t === undefined ? 0 : (100 * t / maxT).toFixed(1)}%"></i></div></td>` : ""}</tr>`;
+      ${perOp.length ? `<td class="num">${time}</td><td class="bars"><div class="pair"><i class="time" style="width:${t === undefined ? 0 : (100 * t / maxT).toFixed(1)}%"></i></div></td>` : ""}</tr>`;
   }
   html += `</tbody></table>`;
   const outs = Object.entries(d.outputs || {});
   if (outs.length) {
-    html += `<div class="muted small">outputs: ` + outs.map(([n, o]) => `<span class="mono">${esc(n)}</span> ${dims(o.key_bounds)} keys of ${dims(o.array_bounds)}, checksum ${full(o.checksum)}`).join("; ") + `</div>`;
+    html += `<div class="muted small run-outputs">outputs: ` + outs.map(([n, o]) => `<span class="mono">${esc(n)}</span> ${dims(o.key_bounds)} keys of ${dims(o.array_bounds)}, sum of all elements <span class="mono checksum">${exact(o.checksum)}</span>`).join("; ") + `</div>`;
   }
   $("runResult").innerHTML = html;
   $("runResult").dataset.state = "done";
@@ -488,7 +596,7 @@ function pick(name) {
   $("example").value = name;
   $("description").textContent = ex.description || "";
   editor.value = JSON.stringify(ex.program, null, 2);
-  setControls(ex.program.cluster);
+  controlsFromEditor();
   showError(null);
   optimize();
 }
@@ -523,12 +631,27 @@ $("optimize").addEventListener("click", () => optimize());
 $("editor").addEventListener("keydown", (e) => {
   if (e.key === "Enter" && (e.ctrlKey || e.metaKey)) { e.preventDefault(); optimize(); }
 });
+$("program").addEventListener("input", () => controlsFromEditor());
 $("sites").addEventListener("input", () => {
   $("sitesOut").textContent = $("sites").value;
+  if (!controlToEditor("sites", Number($("sites").value))) return;
   if (state.sweep) drawSweep();
   scheduleOptimize(150);
 });
-for (const id of ["alpha", "beta"]) $(id).addEventListener("change", () => scheduleOptimize(0));
+for (const [field, id] of [["network_weight", "alpha"], ["compute_weight", "beta"]]) {
+  $(id).addEventListener("input", () => {
+    const v = $(id).value.trim();
+    if (v !== "" && Number.isFinite(Number(v))) controlToEditor(field, Number(v));
+  });
+  $(id).addEventListener("change", () => {
+    const v = $(id).value.trim();
+    if (v === "" || !Number.isFinite(Number(v))) { controlsFromEditor(); return; }
+    controlToEditor(field, Number(v));
+    scheduleOptimize(0);
+  });
+}
+$("dagDialogClose").addEventListener("click", () => $("dagDialog").close());
+$("dagDialog").addEventListener("close", () => { state.dialogView?.resize?.disconnect(); state.dialogView = null; });
 $("run").addEventListener("click", run);
 window.__tra = state; // for debugging from the console
 load();

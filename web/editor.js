@@ -113,6 +113,36 @@ export function locate(text, at) {
   return null;
 }
 
+/**
+ * The JSON `text` with member `key` of the object at `path` set to
+ * `valueText` (JSON), everything else kept as written: the value replaced in
+ * place, or the member added after the object's last one, indented like its
+ * first. The text must be valid JSON and `path` must name an object (or be []
+ * for the top level); null otherwise.
+ */
+export function setMember(text, path, key, valueText) {
+  const spans = scanJson(text);
+  const own = spans.get(JSON.stringify([...path, key]));
+  if (own) return text.slice(0, own.valueStart) + valueText + text.slice(own.valueEnd);
+  let start, end;
+  if (path.length === 0) {
+    start = text.indexOf("{");
+    end = text.lastIndexOf("}");
+  } else {
+    const o = spans.get(JSON.stringify(path));
+    if (!o || text[o.valueStart] !== "{") return null;
+    start = o.valueStart;
+    end = o.valueEnd - 1;
+  }
+  if (start < 0 || end <= start || text[end] !== "}") return null;
+  const inner = text.slice(start + 1, end);
+  const member = JSON.stringify(key) + ": " + valueText;
+  if (!inner.trim()) return text.slice(0, start + 1) + member + text.slice(end);
+  const indent = inner.match(/\n([ \t]*)"/);
+  const after = start + 1 + inner.trimEnd().length;
+  return text.slice(0, after) + (indent ? ",\n" + indent[1] : ", ") + member + text.slice(after);
+}
+
 /** Offset of line/column (1-based) in text. */
 export function offsetOf(text, line, col) {
   let off = 0;
@@ -144,6 +174,18 @@ export class Editor {
     this.mark = null;
     this.paint();
     this.ta.scrollTop = 0;
+  }
+
+  /** Replace the text as an edit would (keeps the scroll position and the caret where it can). */
+  replace(v) {
+    const {scrollTop, scrollLeft, selectionStart, selectionEnd} = this.ta;
+    const focused = document.activeElement === this.ta;
+    this.ta.value = v;
+    this.mark = null;
+    this.ta.scrollTop = scrollTop;
+    this.ta.scrollLeft = scrollLeft;
+    if (focused) this.ta.setSelectionRange(Math.min(selectionStart, v.length), Math.min(selectionEnd, v.length));
+    this.paint();
   }
 
   /** Highlight [start, end) and bring it into view (and select it). */

@@ -31,6 +31,18 @@ function trimZeros(s) {
   return s.includes(".") ? s.replace(/0+$/, "").replace(/\.$/, "") : s;
 }
 
+/**
+ * A float to read in full, without thousands separators (a checksum):
+ * -1007.2345678 → "-1007.234568", 1.5e20 → "1.500000e+20".
+ */
+export function exact(x) {
+  if (x === null || x === undefined || Number.isNaN(Number(x))) return "–";
+  x = Number(x);
+  const a = Math.abs(x);
+  if (a !== 0 && (a >= 1e15 || a < 1e-4)) return x.toExponential(6);
+  return String(Number(x.toPrecision(10)));
+}
+
 /** Milliseconds, readable. */
 export function ms(x) {
   if (x === null || x === undefined) return "–";
@@ -88,4 +100,17 @@ export async function pool(jobs, limit) {
 }
 
 /** A palette for alternatives, by rank (colour-blind friendly, Okabe–Ito-ish). */
-export const PALETTE = ["#0b7a4b", "#1f5fbf", "#d55e00", "#8e44ad", "#b8860b", "#cc3d8a", "#2a9d8f", "#5f6673", "#e76f51", "#264653"];
+export const PALETTE = ["#0b7a4b", "#1f5fbf", "#d55e00", "#8e44ad", "#b8860b", "#cc3d8a", "#2a9d8f", "#5f6673", "#e76f51", "#264653",
+  "#7a8f00", "#9c2f2f", "#00838f", "#6d4c41"];
+
+/** The letter of the i-th series: A, B, …, Z, AA, AB, … */
+export function seriesTag(i) {
+  let s = "";
+  i += 1;
+  while (i > 0) {
+    const r = (i - 1) % 26;
+    s = String.fromCharCode(65 + r) + s;
+    i = Math.floor((i - 1) / 26);
+  }
+  return s;
+}

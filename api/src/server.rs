@@ -55,6 +55,7 @@ pub const WEB_ASSETS: &[(&str, &str, &[u8])] = &[
     ("chart.js", "text/javascript; charset=utf-8", include_bytes!("../../web/chart.js")),
     ("editor.js", "text/javascript; charset=utf-8", include_bytes!("../../web/editor.js")),
     ("util.js", "text/javascript; charset=utf-8", include_bytes!("../../web/util.js")),
+    ("explain.js", "text/javascript; charset=utf-8", include_bytes!("../../web/explain.js")),
     ("vendor/dagre.min.js", "text/javascript; charset=utf-8", include_bytes!("../../web/vendor/dagre.min.js")),
     ("vendor/dagre.LICENSE", "text/plain; charset=utf-8", include_bytes!("../../web/vendor/dagre.LICENSE")),
 ];

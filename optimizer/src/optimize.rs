@@ -62,6 +62,8 @@ pub struct Alternative {
     pub plan: Plan,
     /// Its cost.
     pub cost: PlanCost,
+    /// The rule that built each operator of the plan, by operator name.
+    pub built_by: IndexMap<String, String>,
 }
 
 /// Figures about the run.
@@ -160,75 +162,10 @@ fn strategy_of(eg: &TraEGraph, plan: &ExtractedPlan) -> Vec<JoinStrategy> {
         .collect()
 }
 
+/// The label of an extracted plan: strategy first, then what moves
+/// ([`crate::describe::plan_label`]).
 fn label(eg: &TraEGraph, plan: &ExtractedPlan, strategy: &[JoinStrategy]) -> String {
-    let joins: Vec<&Ia> = plan.expr.as_ref().iter().filter(|n| matches!(n, Ia::LJoin(_))).collect();
-    if let ([Ia::LJoin([_, _, k, _, _])], [s]) = (joins.as_slice(), strategy) {
-        let kernel = &plan.expr[*k];
-        let is_matmul = matches!(kernel, Ia::Param(Param::Kernel(k)) if k.to_string() == "matMul");
-        let _ = eg;
-        if is_matmul {
-            return match s {
-                JoinStrategy::BroadcastLeft => "broadcast matmul (BMM), left operand broadcast".into(),
-                JoinStrategy::BroadcastRight => "broadcast matmul (BMM), right operand broadcast".into(),
-                JoinStrategy::BroadcastBoth => "matmul with both operands replicated".into(),
-                JoinStrategy::CoPartitioned => "cross-product matmul (CMM)".into(),
-                JoinStrategy::Replicated => "replication-based matmul (RMM, 3D)".into(),
-            };
-        }
-    }
-    // Otherwise: which inputs the plan broadcasts and shuffles, in words.
-    // The input an exchanged relation comes from, through local filters and maps.
-    let name = |id: Id| {
-        let Ia::Erase(mut p) = plan.expr[id] else { return None };
-        let mut via = "";
-        loop {
-            match &plan.expr[p] {
-                Ia::LFilter([_, x]) => {
-                    via = "filtered ";
-                    p = *x;
-                }
-                Ia::LMap([_, _, x]) => {
-                    via = "mapped ";
-                    p = *x;
-                }
-                Ia::Input(n) => {
-                    return match &plan.expr[*n] {
-                        Ia::Param(Param::Name(n)) => Some(format!("{via}{n}")),
-                        _ => None,
-                    }
-                }
-                _ => return None,
-            }
-        }
-    };
-    let (mut bcast, mut shuf, mut inner) = (Vec::new(), Vec::new(), 0usize);
-    for n in plan.expr.as_ref() {
-        match n {
-            Ia::Broadcast(x) => match name(*x) {
-                Some(i) => bcast.push(i),
-                None => inner += 1,
-            },
-            Ia::Shuffle([d, x]) => match (name(*x), &plan.expr[*d]) {
-                (Some(i), Ia::Param(p)) => shuf.push(format!("{i} on {p}")),
-                _ => inner += 1,
-            },
-            _ => {}
-        }
-    }
-    let mut parts = Vec::new();
-    if !bcast.is_empty() {
-        parts.push(format!("broadcast {}", bcast.join(", ")));
-    }
-    if !shuf.is_empty() {
-        parts.push(format!("shuffle {}", shuf.join(", ")));
-    }
-    if inner > 0 {
-        parts.push(format!("{inner} exchange{} of intermediates", if inner == 1 { "" } else { "s" }));
-    }
-    if parts.is_empty() {
-        return "no data moved".into();
-    }
-    parts.join("; ")
+    crate::describe::plan_label(&plan.to_plan(&eg.analysis.inputs), strategy)
 }
 
 /// Optimize a TRA program with the given rules.
@@ -312,7 +249,8 @@ pub fn optimize(p: &Program, rules: &[RuleDef], limits: &Limits) -> Result<Optim
         let cost = plan_cost(&eg, &extracted, w);
         let plan = extracted.to_plan(&p.inputs);
         let label = label(&eg, &extracted, &strategy);
-        alternatives.push((Alternative { label, strategy, plan, cost }, extracted));
+        let built_by = crate::describe::built_by(&eg, &extracted, &plan);
+        alternatives.push((Alternative { label, strategy, plan, cost, built_by }, extracted));
     }
     alternatives.sort_by(|a, b| a.0.cost.key().partial_cmp(&b.0.cost.key()).unwrap_or(std::cmp::Ordering::Equal));
     let (chosen, chosen_expr) = alternatives[0].clone();

@@ -339,11 +339,53 @@ fn parse_inputs(value: &serde_json::Value) -> Result<IndexMap<String, InputDecl>
     })?;
     let mut out = IndexMap::new();
     for (name, v) in obj {
+        check_bounds_fields(name, v)?;
         let decl: InputDecl = serde_json::from_value(v.clone())
             .map_err(|e| ProgramError::new(ErrorCode::BadField, name.clone(), format!("input {name}: {e}")))?;
         out.insert(name.clone(), decl);
     }
     Ok(out)
+}
+
+/// `key_bounds` and `array_bounds` of input `name` are lists of whole numbers:
+/// an error names the element at fault (`X.array_bounds[1]`) rather than the
+/// whole input, as a type error from serde would.
+fn check_bounds_fields(name: &str, decl: &serde_json::Value) -> Result<()> {
+    use serde_json::Value;
+    for field in ["key_bounds", "array_bounds"] {
+        let Some(v) = decl.get(field) else { continue };
+        let Value::Array(items) = v else {
+            return Err(ProgramError::new(
+                ErrorCode::BadField,
+                format!("{name}.{field}"),
+                format!("input {name}: `{field}` must be a list of whole numbers, found {}", json_kind(v)),
+            ));
+        };
+        for (i, x) in items.iter().enumerate() {
+            if !x.is_i64() {
+                let what = if x.is_u64() { format!("{x}, which is too large") } else { json_kind(x) };
+                return Err(ProgramError::new(
+                    ErrorCode::BadField,
+                    format!("{name}.{field}[{i}]"),
+                    format!("input {name}: {field}[{i}] must be a whole number, found {what}"),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// What a JSON value is, for messages: `the string "a"`, `the number 2.5`.
+fn json_kind(v: &serde_json::Value) -> String {
+    use serde_json::Value;
+    match v {
+        Value::Null => "null".into(),
+        Value::Bool(b) => format!("the boolean {b}"),
+        Value::Number(n) => format!("the number {n}"),
+        Value::String(s) => format!("the string {}", Value::String(s.clone())),
+        Value::Array(_) => "a list".into(),
+        Value::Object(_) => "an object".into(),
+    }
 }
 
 fn top_field<'a>(obj: &'a serde_json::Map<String, serde_json::Value>, f: &str) -> Result<&'a serde_json::Value> {

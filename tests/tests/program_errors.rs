@@ -100,6 +100,21 @@ fn zero_and_negative_bounds() {
 }
 
 #[test]
+fn a_bound_that_is_not_a_whole_number_is_named_by_its_index() {
+    let e =
+        error_of(r#"{"inputs": {"X": {"key_bounds": [4], "array_bounds": [2, "a"]}}, "nodes": {}, "outputs": ["X"]}"#);
+    assert_err(&e, ErrorCode::BadField, "X.array_bounds[1]", &["array_bounds[1]", "whole number", "the string \"a\""]);
+    let e = error_of(r#"{"inputs": {"X": {"key_bounds": [4.5], "array_bounds": [2]}}, "nodes": {}, "outputs": ["X"]}"#);
+    assert_err(&e, ErrorCode::BadField, "X.key_bounds[0]", &["the number 4.5"]);
+    let e = error_of(r#"{"inputs": {"X": {"key_bounds": 4, "array_bounds": [2]}}, "nodes": {}, "outputs": ["X"]}"#);
+    assert_err(&e, ErrorCode::BadField, "X.key_bounds", &["must be a list"]);
+    let e = error_of(
+        r#"{"inputs": {"X": {"key_bounds": [4], "array_bounds": [18446744073709551615]}}, "nodes": {}, "outputs": ["X"]}"#,
+    );
+    assert_err(&e, ErrorCode::BadField, "X.array_bounds[0]", &["too large"]);
+}
+
+#[test]
 fn bounds_whose_product_overflows() {
     let e = error_of(
         r#"{"inputs": {"X": {"key_bounds": [4000000000, 4000000000, 4000000000], "array_bounds": [2]}}, "nodes": {}, "outputs": ["X"]}"#,

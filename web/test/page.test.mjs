@@ -1,13 +1,15 @@
 // Browser test of the page served by `tra serve`: Debian's chromium driven by
 // playwright-core (no browser download). Run with `node --test web/test/`
 // (scripts/web-test.sh installs what it needs). TRA_BIN names the binary
-// (default target/debug/tra, relative to the repository root).
+// (default target/debug/tra, relative to the repository root); TRA_URL tests
+// a server already running there instead. Screenshots of the page at 1024 and
+// 1920 px go to web/test/artifacts/ (git-ignored).
 
 import {test, before, after} from "node:test";
 import assert from "node:assert/strict";
 import {spawn} from "node:child_process";
 import {createServer} from "node:net";
-import {existsSync} from "node:fs";
+import {existsSync, mkdirSync} from "node:fs";
 import {dirname, resolve} from "node:path";
 import {fileURLToPath} from "node:url";
 import {chromium} from "playwright-core";
@@ -16,7 +18,8 @@ const here = dirname(fileURLToPath(import.meta.url));
 const root = resolve(here, "..", "..");
 const bin = resolve(root, process.env.TRA_BIN || "target/debug/tra");
 const chromiumPath = process.env.CHROMIUM || "/usr/bin/chromium";
-const screenshot = resolve(here, "screenshot.png");
+const artifacts = resolve(here, "artifacts");
+const screenshot = resolve(artifacts, "error-1920.png");
 
 let server;
 let serverLog = "";
@@ -40,7 +43,7 @@ async function waitHealthy(url, ms) {
   const until = Date.now() + ms;
   let last;
   while (Date.now() < until) {
-    if (server.exitCode !== null) throw new Error(`tra serve exited with ${server.exitCode}:\n${serverLog}`);
+    if (server && server.exitCode !== null) throw new Error(`tra serve exited with ${server.exitCode}:\n${serverLog}`);
     try {
       const r = await fetch(url + "/healthz");
       if (r.ok) return;
@@ -66,15 +69,58 @@ async function alternatives() {
   })));
 }
 
+/** Pick an example and wait until the page shows the optimized answer for the editor's program. */
+async function pick(name) {
+  await page.selectOption("#example", name);
+  await settled();
+}
+
+/** Wait until the shown answer is the one for the program in the editor. */
+async function settled() {
+  await page.waitForFunction(() => {
+    if (document.body.dataset.busy !== "0" || !window.__tra.body) return false;
+    try {
+      return JSON.stringify(window.__tra.body) === JSON.stringify(JSON.parse(document.querySelector("#program").value));
+    } catch (_) {
+      return false;
+    }
+  });
+}
+
+/** A figure as the page writes it ("50 M") as a number. */
+function parseSi(s) {
+  const m = String(s).trim().match(/^(-?[\d.]+)\s*([kMGTP]?)$/);
+  assert.ok(m, `a number with an SI unit: ${s}`);
+  return Number(m[1]) * {"": 1, k: 1e3, M: 1e6, G: 1e9, T: 1e12, P: 1e15}[m[2]];
+}
+
+/** Operator boxes of a card that are not wholly inside its DAG view. */
+async function outsideView(card) {
+  return card.evaluate((c) => {
+    const v = c.querySelector(".dag-view").getBoundingClientRect();
+    const out = [];
+    for (const g of c.querySelectorAll("g.dnode")) {
+      const r = g.getBoundingClientRect();
+      if (r.left < v.left - 0.5 || r.right > v.right + 0.5 || r.top < v.top - 0.5 || r.bottom > v.bottom + 0.5) out.push(g.dataset.node);
+    }
+    return {outside: out, operators: c.querySelectorAll("g.dnode.op").length};
+  });
+}
+
 before(async () => {
-  assert.ok(existsSync(bin), `no tra binary at ${bin}: build it (cargo build -p tra-api) or set TRA_BIN`);
   assert.ok(existsSync(chromiumPath), `no chromium at ${chromiumPath}: apt-get install chromium`);
-  const port = await freePort();
-  base = `http://127.0.0.1:${port}`;
-  server = spawn(bin, ["serve", "--addr", `127.0.0.1:${port}`], {stdio: ["ignore", "pipe", "pipe"], env: {...process.env, RUST_LOG: "warn"}});
-  server.stdout.on("data", (d) => { serverLog += d; });
-  server.stderr.on("data", (d) => { serverLog += d; });
-  await waitHealthy(base, 30_000);
+  mkdirSync(artifacts, {recursive: true});
+  if (process.env.TRA_URL) {
+    base = process.env.TRA_URL.replace(/\/$/, "");
+  } else {
+    assert.ok(existsSync(bin), `no tra binary at ${bin}: build it (cargo build -p tra-api) or set TRA_BIN`);
+    const port = await freePort();
+    base = `http://127.0.0.1:${port}`;
+    server = spawn(bin, ["serve", "--addr", `127.0.0.1:${port}`], {stdio: ["ignore", "pipe", "pipe"], env: {...process.env, RUST_LOG: "warn"}});
+    server.stdout.on("data", (d) => { serverLog += d; });
+    server.stderr.on("data", (d) => { serverLog += d; });
+    await waitHealthy(base, 30_000);
+  }
   browser = await chromium.launch({
     executablePath: chromiumPath,
     args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -131,8 +177,11 @@ test("the page of tra serve", async (t) => {
       assert.ok(a.operators >= 2, `alternative ${a.label} is drawn as a DAG (${a.operators} operators)`);
       assert.ok(a.hot >= 1, `alternative ${a.label} highlights its most expensive operator`);
     }
-    const labels = alts.map((a) => a.label).join(" | ").toLowerCase();
-    for (const s of ["broadcast", "cross-product", "replicat"]) assert.ok(labels.includes(s), `a ${s} strategy among ${labels}`);
+    const labels = alts.map((a) => a.label);
+    for (const s of ["BMM", "CMM", "RMM"]) {
+      assert.ok(labels.some((l) => new RegExp(`^${s}\\b[^—]* — `).test(l)), `a ${s} strategy, named strategy first, among ${labels.join(" | ")}`);
+    }
+    assert.ok(labels.includes("CMM — shuffle X by k, Y by k; partial sums exchanged"), labels.join(" | "));
     const chosen = alts.filter((a) => a.chosen);
     assert.equal(chosen.length, 1, "exactly one alternative is marked chosen");
     assert.equal(chosen[0].rank, 1, "the chosen one is first");
@@ -185,12 +234,237 @@ test("the page of tra serve", async (t) => {
     const text = await page.$eval("#runResult", (e) => e.textContent);
     assert.match(text, /measured vs predicted/);
     assert.match(text, /✓ equal/);
-    const rows = await page.$$eval("#runResult tbody tr", (rs) => rs.length);
-    assert.ok(rows >= 3, `a row per operator, got ${rows}`);
+    const rows = await page.$$eval("#runResult tbody tr", (rs) => rs.map((r) => r.lastElementChild.previousElementSibling.textContent.trim()));
+    assert.ok(rows.length >= 3, `a row per operator, got ${rows.length}`);
+    for (const time of rows) assert.match(time, /^(\d[\d.]* ms|fused into \S+)$/, "every operator has its time or says where it was fused");
+    assert.ok(rows.some((t) => t.startsWith("fused into")), `the matmul's join is fused into its sum and says so: ${rows}`);
+    const checksum = await page.$eval("#runResult .checksum", (e) => e.textContent);
+    assert.match(checksum, /^-?\d+(\.\d+)?(e[+-]\d+)?$/, `a checksum to read in full, without thousands separators: ${checksum}`);
+  });
+
+
+  await t.test("the editor and the controls are one state: edit either, the other follows", async () => {
+    await pick("matmul");
+    const text = await page.$eval("#program", (ta) => ta.value);
+    assert.match(text, /"sites": 10/);
+    // JSON → controls, before anything is optimized
+    const edited = text.replace('"sites": 10', '"sites": 2, "network_weight": 3');
+    await page.fill("#program", edited);
+    assert.equal(await page.$eval("#sites", (e) => e.value), "2");
+    assert.equal(await page.$eval("#sitesOut", (e) => e.textContent), "2");
+    assert.equal(await page.$eval("#alpha", (e) => e.value), "3");
+    assert.ok(await page.isVisible("#editedNote"), "the page says the program changed since it was optimized");
+    await page.click("#optimize");
+    await page.waitForFunction(() => document.body.dataset.sites === "2");
+    await settled();
+    let summary = await page.$eval("#summary", (e) => e.textContent);
+    assert.match(summary, /on 2 sites/, "the program on screen is the one optimized");
+    assert.match(summary, /cost = 3·floats/);
+    assert.ok(!(await page.isVisible("#editedNote")));
+    // controls → JSON
+    await page.locator("#sites").fill("5");
+    await page.waitForFunction(() => document.body.dataset.sites === "5");
+    await settled();
+    let program = JSON.parse(await page.$eval("#program", (ta) => ta.value));
+    assert.equal(program.cluster.sites, 5, "the slider rewrote the JSON");
+    assert.equal(program.cluster.network_weight, 3, "the rest of the cluster is kept");
+    assert.equal(await page.$eval("#program", (ta) => ta.value), edited.replace('"sites": 2', '"sites": 5'), "only the number changed: the JSON keeps its layout");
+    await page.fill("#beta", "0.001");
+    await page.press("#beta", "Tab");
+    await page.waitForFunction(() => JSON.parse(document.querySelector("#program").value).cluster.compute_weight === 0.001);
+    await settled();
+    summary = await page.$eval("#summary", (e) => e.textContent);
+    assert.match(summary, /on 5 sites/);
+    assert.match(summary, /0\.001·flops/);
+    // no cluster: the controls show the API's defaults, and moving one adds it
+    delete program.cluster;
+    await page.fill("#program", JSON.stringify(program, null, 2));
+    assert.equal(await page.$eval("#sites", (e) => e.value), "4");
+    assert.equal(await page.$eval("#alpha", (e) => e.value), "1");
+    assert.equal(await page.$eval("#beta", (e) => e.value), "0");
+    await page.locator("#sites").fill("7");
+    program = JSON.parse(await page.$eval("#program", (ta) => ta.value));
+    assert.deepEqual(program.cluster, {sites: 7});
+    await page.waitForFunction(() => document.body.dataset.sites === "7");
+    await settled();
+    // JSON that does not parse: the controls cannot follow it and say why
+    await page.fill("#program", "{\n  \"inputs\": ");
+    assert.equal(await page.$eval("#sites", (e) => e.disabled), true);
+    assert.match(await page.$eval("#controlsNote", (e) => e.textContent), /Fix the JSON/);
+  });
+
+  await t.test("a tie says what broke it, and tied lines stay visible in the sites chart with the chosen one on top", async () => {
+    await pick("matmul-common-large-dim");
+    const note = await page.$eval("#tieNote", (e) => e.textContent.replace(/\s+/g, " "));
+    assert.match(await page.$eval("#summary", (e) => e.textContent), /chosen.*CMM — /s);
+    assert.match(note, /Tie with B RMM \(3D\) — .*, also 480 M/);
+    // CMM and RMM move the same floats and do the same flops: the fixed order decides
+    assert.match(note, /the chosen plan has the first place in the optimizer's fixed order \(same flops, same floats moved\)/);
+    assert.match(note, /broken by fewer flops, then fewer floats moved, then a fixed order/);
+    assert.equal(await page.$eval("#tieNote", (e) => e.dataset.by), "order");
+    const badges = await page.$$eval(".alt-card .badge.tie", (bs) => bs.map((b) => b.textContent));
+    assert.ok(badges.length >= 1, "the tied card says it is a tie");
+    await page.waitForFunction(() => document.body.dataset.sweep === "done", null, {timeout: 60_000});
+    const lines = await page.$$eval("#sweepChart path.series", (ps) => ps.map((p) => ({key: p.dataset.key, tied: p.classList.contains("tied"), d: p.getAttribute("d")})));
+    const chosen = await page.evaluate(() => window.__tra.sweep.byN.get(10).chosen);
+    const dashed = lines.filter((l) => l.tied && l.d);
+    assert.ok(dashed.length >= 1, "the tied series is drawn dashed");
+    const mine = lines.filter((l) => l.key === chosen && !l.tied && l.d);
+    assert.equal(mine.length, 1, "the chosen series is drawn solid");
+    assert.ok(dashed.every((l) => l.d !== mine[0].d), "a tied line is offset from the chosen one, not drawn over it");
+    assert.equal(lines[lines.length - 1].key, chosen, "the chosen series is drawn last, on top");
+    // hovering a site count says who wins there and why
+    await page.hover('#sweepChart rect.hover-col[data-n="10"]');
+    const tip = page.locator("#sweepChart .chart-tip");
+    await tip.waitFor({state: "visible"});
+    const tipText = await tip.textContent();
+    assert.match(tipText, /10 sites/);
+    assert.match(tipText, /wins: cost/);
+    assert.match(tipText, /Tie at/);
+  });
+
+  await t.test("hovering where the choice flips explains it with both plans' costs", async () => {
+    await pick("matmul");
+    await page.waitForFunction(() => document.body.dataset.sweep === "done", null, {timeout: 60_000});
+    const flip = await page.evaluate(() => {
+      const sw = window.__tra.sweep;
+      // a flip between two plans that both exist on both sides (at 1 site there is only the local plan)
+      for (const n of sw.ns.slice(1)) {
+        const a = sw.byN.get(n - 1), b = sw.byN.get(n);
+        if (a.chosen !== b.chosen && a.costs.has(b.chosen) && b.costs.has(a.chosen)) return n;
+      }
+      return null;
+    });
+    assert.ok(flip, "the matmul's choice flips between 1 and 16 sites");
+    await page.hover(`#sweepChart rect.hover-col[data-n="${flip}"]`);
+    const tip = page.locator("#sweepChart .chart-tip");
+    await tip.waitFor({state: "visible"});
+    const text = await tip.textContent();
+    assert.match(text, new RegExp(`Between ${flip - 1} and ${flip} sites the choice flips`));
+    const costs = text.match(/costs [\d.]+ ?[kMGTP]? → [\d.]+ ?[kMGTP]?/g) || [];
+    assert.ok(costs.length >= 1 && /→.*→/.test(text), `the costs of both plans on both sides of the flip: ${text}`);
+  });
+
+  await t.test("a 26-operator plan is fully visible after Fit; it pans, and a click shows an operator's details", async () => {
+    await pick("ffnn-amazoncat");
+    const card = page.locator(".alt-card.chosen");
+    assert.equal(await card.locator(".dag-wrap").getAttribute("data-operators"), "26");
+    for (let i = 0; i < 4; i++) await card.locator('button[data-act="in"]').click();
+    assert.ok((await outsideView(card)).outside.length > 0, "zoomed in, some operators are out of view");
+    await card.locator(".dag-fit").click();
+    const fitted = await outsideView(card);
+    assert.equal(fitted.operators, 26);
+    assert.deepEqual(fitted.outside, [], "after Fit every operator is inside the view");
+    const scale = Number(await card.locator(".dag-view").getAttribute("data-scale"));
+    assert.ok(scale >= 0.15, `fitted at a scale where the boxes can still be told apart (${scale})`);
+    const view = await card.locator(".dag-view").evaluate((e) => ({sh: e.scrollHeight, ch: e.clientHeight, sw: e.scrollWidth, cw: e.clientWidth}));
+    assert.ok(view.sh <= view.ch + 1 && view.sw <= view.cw + 1, `no nested scroll area: ${JSON.stringify(view)}`);
+    const overflowX = await page.evaluate(() => document.documentElement.scrollWidth - document.documentElement.clientWidth);
+    assert.ok(overflowX <= 0, `the page does not scroll sideways (${overflowX} px)`);
+    // drag to pan
+    const before = await card.locator("g.vp").getAttribute("transform");
+    const box = await card.locator(".dag-view").boundingBox();
+    await page.mouse.move(box.x + 12, box.y + 12);
+    await page.mouse.down();
+    await page.mouse.move(box.x + 90, box.y + 60, {steps: 6});
+    await page.mouse.up();
+    assert.notEqual(await card.locator("g.vp").getAttribute("transform"), before, "dragging pans the plan");
+    await card.locator(".dag-fit").click();
+    // click the most expensive operator: its details
+    const hot = await card.locator("g.dnode.hot").first().getAttribute("data-node");
+    await card.locator(`g.dnode[data-node="${hot}"]`).click();
+    const details = card.locator(".dag-details");
+    await details.waitFor({state: "visible"});
+    assert.equal(await details.getAttribute("data-node"), hot);
+    const text = (await details.textContent()).replace(/\s+/g, " ");
+    for (const k of ["output frontier", "key bounds", "placement", "output size", "moves", "flops", "cost", "built by"]) {
+      assert.ok(text.includes(k), `the details name ${k}: ${text}`);
+    }
+    assert.match(text, /floats = [\d.]+ [kMGT]?B over the network/, "bytes moved");
+    const rule = await details.locator(".rule-ref").textContent();
+    const rules = (await (await fetch(base + "/v1/rules")).json()).map((r) => r.name);
+    assert.ok(rules.includes(rule), `the rule that built it (${rule}) is one of GET /v1/rules`);
+    // collapse what only feeds an output, then expand it again
+    const output = (await page.evaluate(() => window.__tra.answer.plan.outputs))[0];
+    await card.locator(`g.dnode[data-node="${output}"]`).click();
+    await details.locator(".collapse-btn").click();
+    const collapsed = await card.locator("g.dnode").count();
+    assert.ok(collapsed < 26 + 4, `collapsing hides operators (${collapsed} boxes left)`);
+    assert.equal(await card.locator(`g.dnode.collapsed[data-node="${output}"]`).count(), 1);
+    assert.deepEqual((await outsideView(card)).outside, [], "the collapsed plan is fitted again");
+    await card.locator('button[data-act="expand"]').click();
+    assert.equal(await card.locator("g.dnode.op").count(), 26);
+    // the large view
+    await card.locator('button[data-act="enlarge"]').click();
+    const dialog = page.locator("#dagDialog");
+    await dialog.waitFor({state: "visible"});
+    assert.deepEqual((await outsideView(dialog)).outside, []);
+    assert.equal((await outsideView(dialog)).operators, 26);
+    await page.click("#dagDialogClose");
+    await dialog.waitFor({state: "hidden"});
+  });
+
+  await t.test("boxes, words and figures read well: placement in full, no internal ids, clean ticks, nothing drawn over an edge", async () => {
+    await pick("matmul");
+    await page.waitForFunction(() => document.body.dataset.sweep === "done", null, {timeout: 60_000});
+    const placements = await page.$$eval(".alt-card .dag text.placement", (ts) => ts.map((t) => t.textContent));
+    assert.ok(placements.length >= 10);
+    for (const p of placements) assert.doesNotMatch(p, /…/, `placement written in full: ${p}`);
+    // the most expensive tag sits inside its box
+    const tags = await page.$$eval(".alt-card g.dnode.hot", (gs) => gs.map((g) => {
+      const box = g.querySelector("rect.box").getBBox(), t = g.querySelector(".hot-tag").getBBox();
+      return t.x >= box.x && t.y >= box.y && t.x + t.width <= box.x + box.width && t.y + t.height <= box.y + box.height;
+    }));
+    assert.ok(tags.length >= 1 && tags.every(Boolean), "'most expensive' is drawn inside its box");
+    const summary = await page.$eval("#summary", (e) => e.textContent);
+    assert.doesNotMatch(summary, /\bn\d+\b/, `the summary names no internal node ids: ${summary}`);
+    // every e-graph figure fits its box
+    const overflow = await page.$$eval("#egraph .stat-v", (vs) => vs.filter((v) => v.scrollWidth > v.clientWidth + 1).map((v) => v.textContent));
+    assert.deepEqual(overflow, []);
+    // y ticks: 0, s, 2s, … with s = 1, 2, 2.5 or 5 × 10^k
+    const ticks = (await page.$$eval("#sweepChart text.tick", (ts) => ts.map((t) => t.textContent))).map(parseSi);
+    assert.ok(ticks.length >= 3);
+    const step = ticks[1] - ticks[0];
+    assert.equal(ticks[0], 0);
+    ticks.forEach((v, i) => assert.ok(Math.abs(v - i * step) <= 1e-9 * step * 100, `evenly spaced ticks: ${ticks}`));
+    const mant = step / Math.pow(10, Math.floor(Math.log10(step)));
+    assert.ok([1, 2, 2.5, 5].some((m) => Math.abs(m - mant) < 1e-9), `a round tick step: ${step}`);
+  });
+
+  await t.test("a bound that is not a number is reported at its field", async () => {
+    await pick("matmul");
+    const text = (await page.$eval("#program", (ta) => ta.value)).replace(/("array_bounds": \[\s*1000,\s*)1000/, '$1"a"');
+    assert.match(text, /"a"/);
+    await page.fill("#program", text);
+    await page.click("#optimize");
+    const box = page.locator("#error");
+    await box.waitFor({state: "visible"});
+    assert.equal(await box.getAttribute("data-at"), "X.array_bounds[1]");
+    assert.match(await box.textContent(), /must be a whole number, found the string "a"/);
+    assert.equal(await page.$eval(".editor .backdrop mark", (m) => m.textContent), '"a"', "the editor marks the element at fault");
+  });
+
+  await t.test("screenshots at 1024 and 1920 px", async () => {
+    for (const [name, width] of [["matmul", 1920], ["matmul", 1024], ["ffnn-amazoncat", 1920], ["ffnn-amazoncat", 1024], ["matmul-common-large-dim", 1920]]) {
+      await page.setViewportSize({width, height: 1000});
+      await pick(name);
+      await page.waitForFunction(() => document.body.dataset.sweep === "done", null, {timeout: 60_000});
+      const overflowX = await page.evaluate(() => document.documentElement.scrollWidth - document.documentElement.clientWidth);
+      assert.ok(overflowX <= 0, `${name} at ${width} px does not scroll sideways (${overflowX} px)`);
+      for (const card of await page.locator(".alt-card").all()) {
+        assert.deepEqual((await outsideView(card)).outside, [], `${name} at ${width}: every plan fits its view`);
+        const scale = Number(await card.locator(".dag-view").getAttribute("data-scale"));
+        assert.ok(scale >= 0.15, `${name} at ${width}: a plan fitted at ${scale}`);
+      }
+      await page.locator(".alt-card.chosen g.dnode.hot").first().click();
+      await page.hover('#sweepChart rect.hover-col[data-n="5"]');
+      await page.screenshot({path: resolve(artifacts, `page-${name}-${width}.png`), fullPage: true});
+    }
+    await page.setViewportSize({width: 1920, height: 1080});
   });
 
   await t.test("a broken program shows the API's error beside the editor, pointing at the node", async () => {
-    await page.waitForFunction(() => document.body.dataset.busy === "0");
+    await pick("matmul");
     const broken = await page.$eval("#program", (ta) => ta.value.replace('"matMul"', '"matMull"'));
     assert.match(broken, /matMull/);
     await page.fill("#program", broken);

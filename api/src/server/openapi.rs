@@ -167,14 +167,38 @@ pub fn document(config: &ServerConfig) -> Value {
         "Alternative": {
             "type": "object",
             "properties": {
-                "label": {"type": "string", "description": "The strategy in words, e.g. `cross-product matmul (CMM)`"},
+                "label": {"type": "string", "description":
+                    "The strategy first, then what moves, in words (free text), e.g. `CMM — shuffle X by k, Y by k; partial sums exchanged`"},
                 "strategy": {"type": "array", "items": {"type": "string", "enum":
                     ["broadcast_left", "broadcast_right", "broadcast_both", "co_partitioned", "replicated"]},
                     "description": "The join strategies of the plan, in plan order"},
                 "plan": r("Plan"),
-                "cost": r("Cost")
+                "cost": r("Cost"),
+                "built_by": {"type": "object", "additionalProperties": {"type": "string"},
+                    "description": "Operator name → the rule that built it (as `GET /v1/rules` names it)"},
+                "report": r("PlanReport")
             },
             "required": ["label", "plan", "cost"]
+        },
+        "NodeReport": {
+            "type": "object",
+            "description": "One operator of a plan: its output frontier and placement, and its share of the cost",
+            "properties": {
+                "op": {"type": "string"},
+                "key_bounds": {"type": "array", "items": {"type": "integer"}, "description": "Output key frontier"},
+                "array_bounds": {"type": "array", "items": {"type": "integer"}, "description": "Output block shape"},
+                "tuples": {"type": "integer", "description": "Output tuples, partial copies counted"},
+                "placement": {"type": "string", "description": "Output placement, e.g. `hash[0]`, `replicated`, `any`"},
+                "network_floats": {"type": "integer", "description": "Floats this operator moves"},
+                "flops": {"type": "integer"},
+                "total": {"type": "number", "description": "Its weighted cost"}
+            },
+            "required": ["op", "key_bounds", "array_bounds", "tuples", "placement", "network_floats", "flops", "total"]
+        },
+        "PlanReport": {
+            "type": ["object", "null"],
+            "description": "Operator name → its figures (null only if the plan did not type-check, a bug that is logged)",
+            "additionalProperties": r("NodeReport")
         },
         "Stats": {
             "type": "object",
@@ -195,7 +219,8 @@ pub fn document(config: &ServerConfig) -> Value {
                 "alternatives": {"type": "array", "items": r("Alternative"),
                     "description": "The best plan of each distinct strategy, cheapest first; alternatives[0] is the chosen plan"},
                 "rules_applied": {"type": "array", "items": {"type": "string"}},
-                "stats": r("Stats")
+                "stats": r("Stats"),
+                "report": r("PlanReport")
             },
             "required": ["plan", "cost", "alternatives", "rules_applied", "stats"]
         },

@@ -1,0 +1,496 @@
+//! How a plan is told to people: its label, strategy first, and the rule that
+//! built each of its operators.
+//!
+//! A label is what the web page, the command line and the benchmarks show to
+//! tell alternatives apart, so it leads with the strategy (`BMM`, `CMM`,
+//! `RMM (3D)` for a single matrix multiply; the mix of join strategies
+//! otherwise) and then says what moves: `CMM — shuffle X by k, Y by k;
+//! partial sums exchanged`. For a single `matMul` join the key dims are named
+//! as in `Z[i,j] = Σ_k X[i,k]·Y[k,j]`; elsewhere they are `key 0`, `key 1`…
+//! as in key expressions.
+
+use crate::egraph::{ExtractedPlan, Ia, TraEGraph};
+use crate::optimize::JoinStrategy;
+use crate::program::{IaOp, Plan};
+use crate::KernelRef;
+use egg::Language;
+use indexmap::IndexMap;
+use std::collections::{HashMap, HashSet};
+
+/// The label of a plan whose local joins use `strategy` (in plan order).
+pub fn plan_label(plan: &Plan, strategy: &[JoinStrategy]) -> String {
+    let moves = Moves::of(plan);
+    if let Some(label) = matmul_label(plan, strategy, &moves) {
+        return label;
+    }
+    let details = moves.generic_text(plan);
+    match join_headline(strategy) {
+        _ if moves.exchanges.is_empty() => "local — nothing moved".into(),
+        Some(h) => format!("{h} — {details}"),
+        None => details,
+    }
+}
+
+/// For every operator of `plan` (as [`ExtractedPlan::to_plan`] names them),
+/// the rule that first built it. Operators no rule built (an output's alias)
+/// are absent.
+pub fn built_by(eg: &TraEGraph, extracted: &ExtractedPlan, plan: &Plan) -> IndexMap<String, String> {
+    let mut canon: HashMap<Ia, &'static str> = HashMap::new();
+    for (n, r) in &eg.analysis.origins {
+        canon.entry(n.clone().map_children(|c| eg.find(c))).or_insert(r);
+    }
+    // `to_plan` makes one named operator per P operator of the expression, in
+    // expression order; aliases of outputs come after them.
+    let ops = extracted.expr.as_ref().iter().filter(|n| {
+        matches!(n, Ia::Shuffle(_) | Ia::Broadcast(_) | Ia::LJoin(_) | Ia::LAgg(_) | Ia::LFilter(_) | Ia::LMap(_))
+    });
+    let mut out = IndexMap::new();
+    for (node, name) in ops.zip(plan.nodes.keys()) {
+        let key = node.clone().map_children(|x| eg.find(extracted.classes[usize::from(x)]));
+        if let Some(rule) = canon.get(&key) {
+            out.insert(name.clone(), rule.to_string());
+        }
+    }
+    out
+}
+
+/// The kind of join strategy a plan uses, in words; `None` without joins that
+/// move data.
+fn join_headline(strategy: &[JoinStrategy]) -> Option<String> {
+    let count = |f: &dyn Fn(&JoinStrategy) -> bool| strategy.iter().filter(|s| f(s)).count();
+    let kinds = [
+        (count(&|s| *s == JoinStrategy::CoPartitioned), "co-partitioned"),
+        (count(&|s| matches!(s, JoinStrategy::BroadcastLeft | JoinStrategy::BroadcastRight)), "broadcast"),
+        (count(&|s| *s == JoinStrategy::Replicated), "replicated (3D)"),
+    ];
+    let used: Vec<&(usize, &str)> = kinds.iter().filter(|(n, _)| *n > 0).collect();
+    match used.as_slice() {
+        [] => None,
+        [(n, k)] => Some(format!("{k} join{}", if *n == 1 { "" } else { "s" })),
+        _ => {
+            let mut used = used.clone();
+            used.sort_by(|a, b| b.0.cmp(&a.0));
+            let parts: Vec<String> = used.iter().map(|(n, k)| format!("{n} {k}")).collect();
+            Some(format!("{} joins", parts.join(" + ")))
+        }
+    }
+}
+
+/// One data movement of a plan.
+struct Exchange<'a> {
+    /// The shuffle or broadcast operator.
+    node: &'a str,
+    /// The input it moves (through per-site filters, maps and earlier
+    /// shuffles), or `None` for an intermediate result.
+    source: Option<Source<'a>>,
+}
+
+/// An input as an exchange sees it.
+struct Source<'a> {
+    input: &'a str,
+    filtered: bool,
+    /// Copies per tuple made by key maps with ranges.
+    copies: u64,
+    /// A key map or kernel other than the identity was applied.
+    mapped: bool,
+}
+
+/// The exchanges of a plan, in plan order.
+struct Moves<'a> {
+    exchanges: Vec<Exchange<'a>>,
+}
+
+impl<'a> Moves<'a> {
+    fn of(plan: &'a Plan) -> Moves<'a> {
+        let exchanges = plan
+            .nodes
+            .iter()
+            .filter_map(|(name, op)| match op {
+                IaOp::Shuffle { input, .. } | IaOp::Broadcast { input } => {
+                    Some(Exchange { node: name, source: source(plan, input) })
+                }
+                _ => None,
+            })
+            .collect();
+        Moves { exchanges }
+    }
+
+    /// `broadcast A; shuffle X by key 1, Y by key 0; 2 intermediates exchanged`.
+    fn generic_text(&self, plan: &Plan) -> String {
+        let mut broadcast: Vec<(usize, String)> = Vec::new();
+        let mut shuffle: Vec<(usize, String, String)> = Vec::new();
+        let mut inner = 0usize;
+        let rank = |i: &str| plan.inputs.get_index_of(i).unwrap_or(usize::MAX);
+        for e in &self.exchanges {
+            let Some(s) = &e.source else {
+                inner += 1;
+                continue;
+            };
+            let mut what = String::new();
+            if s.filtered {
+                what.push_str("filtered ");
+            }
+            if s.mapped && s.copies <= 1 {
+                what.push_str("mapped ");
+            }
+            what.push_str(s.input);
+            if s.copies > 1 {
+                what.push_str(&format!(" (replicated {}×)", s.copies));
+            }
+            match &plan.nodes[e.node] {
+                // one input shuffled twice: `W2 by key 1 and key 0`
+                IaOp::Shuffle { dims, .. } => match shuffle.iter_mut().find(|(_, w, _)| *w == what) {
+                    Some((_, _, by)) => by.push_str(&format!(" and {}", by_keys(dims).trim_start_matches("by "))),
+                    None => shuffle.push((rank(s.input), what, by_keys(dims))),
+                },
+                _ => broadcast.push((rank(s.input), what)),
+            }
+        }
+        let mut shuffle: Vec<(usize, String)> =
+            shuffle.into_iter().map(|(r, w, by)| (r, format!("{w} {by}"))).collect();
+        broadcast.sort_by_key(|(r, _)| *r);
+        shuffle.sort_by_key(|(r, _)| *r);
+        let list = |v: &[(usize, String)]| v.iter().map(|(_, s)| s.as_str()).collect::<Vec<_>>().join(", ");
+        let mut parts = Vec::new();
+        if !broadcast.is_empty() {
+            parts.push(format!("broadcast {}", list(&broadcast)));
+        }
+        if !shuffle.is_empty() {
+            parts.push(format!("shuffle {}", list(&shuffle)));
+        }
+        if inner > 0 {
+            parts.push(format!("{inner} intermediate{} exchanged", if inner == 1 { "" } else { "s" }));
+        }
+        if parts.is_empty() {
+            return "nothing moved".into();
+        }
+        parts.join("; ")
+    }
+}
+
+/// `by key 1`, `by keys 0,2`, or `to one site` for no dims.
+fn by_keys(dims: &[usize]) -> String {
+    match dims {
+        [] => "to one site".into(),
+        [d] => format!("by key {d}"),
+        _ => format!("by keys {}", dims.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(",")),
+    }
+}
+
+/// The input a relation comes from through per-site filters and maps and
+/// earlier shuffles, or `None` when a join or aggregate is on the way.
+fn source<'a>(plan: &'a Plan, mut name: &'a str) -> Option<Source<'a>> {
+    let mut s = Source { input: "", filtered: false, copies: 1, mapped: false };
+    for _ in 0..=plan.nodes.len() {
+        if plan.inputs.contains_key(name) {
+            s.input = name;
+            return Some(s);
+        }
+        match plan.nodes.get(name)? {
+            IaOp::LocalFilter { input, .. } => {
+                s.filtered = true;
+                name = input;
+            }
+            IaOp::LocalMap { input, key, kernel } => {
+                if let Some(k) = key {
+                    s.copies = s.copies.saturating_mul(k.fanout());
+                    s.mapped |= k.fanout() <= 1 && !k.is_identity(k.output_arity());
+                }
+                s.mapped |= kernel.is_some();
+                name = input;
+            }
+            IaOp::Shuffle { input, .. } => name = input,
+            _ => return None,
+        }
+    }
+    None
+}
+
+/// A step on the way from an input to the matmul join.
+enum Step {
+    Broadcast,
+    Shuffle(String),
+    Replicate(u64, String),
+    Filter,
+}
+
+/// What happens to one matmul operand, from its input to the join.
+struct Operand<'a> {
+    input: &'a str,
+    steps: Vec<Step>,
+}
+
+impl Operand<'_> {
+    /// `replicate Y 4× along i, shuffle by i`: the input named once, at the
+    /// first step; `in place` when nothing is exchanged; `None` when untouched.
+    fn phrase(&self) -> Option<String> {
+        let mut words: Vec<String> = Vec::new();
+        for (i, s) in self.steps.iter().enumerate() {
+            let it = if i == 0 { format!(" {}", self.input) } else { String::new() };
+            words.push(match s {
+                Step::Broadcast => format!("broadcast{it}"),
+                Step::Shuffle(by) => format!("shuffle{it} by {by}"),
+                Step::Replicate(n, along) => format!("replicate{it} {n}× along {along}"),
+                Step::Filter => format!("filter{it}"),
+            });
+        }
+        let local = self.steps.iter().all(|s| matches!(s, Step::Replicate(..) | Step::Filter));
+        let last = words.last_mut()?;
+        if local {
+            last.push_str(" in place");
+        }
+        Some(words.join(", "))
+    }
+}
+
+/// `BMM — broadcast Y`, `CMM — shuffle X by k, Y by k; partial sums exchanged`,
+/// `RMM (3D) — …` for a plan with one `matMul` join of `X[i,k]` and `Y[k,j]`.
+fn matmul_label(plan: &Plan, strategy: &[JoinStrategy], moves: &Moves) -> Option<String> {
+    let mut joins = plan.nodes.iter().filter(|(_, op)| matches!(op, IaOp::LocalJoin { .. }));
+    let (_, IaOp::LocalJoin { left, right, left_keys, right_keys, kernel }) = joins.next()? else {
+        return None;
+    };
+    if joins.next().is_some() || *kernel != KernelRef::named("matMul") || strategy.len() != 1 {
+        return None;
+    }
+    let (ln, rn): (&[&str], &[&str]) = match (left_keys.as_slice(), right_keys.as_slice()) {
+        ([1], [0]) => (&["i", "k"], &["k", "j"]),
+        ([0, 1, 2], [0, 1, 2]) => (&["i", "k", "j"], &["i", "k", "j"]),
+        _ => return None,
+    };
+    let mut on_operands = HashSet::new();
+    let l = operand(plan, left, ln, &mut on_operands)?;
+    let r = operand(plan, right, rn, &mut on_operands)?;
+    let moved = moves.exchanges.iter().any(|e| on_operands.contains(e.node));
+    let acronym = match strategy[0] {
+        _ if moves.exchanges.is_empty() => return Some("local matmul — nothing moved".into()),
+        JoinStrategy::BroadcastLeft | JoinStrategy::BroadcastRight | JoinStrategy::BroadcastBoth => "BMM",
+        JoinStrategy::CoPartitioned => "CMM",
+        JoinStrategy::Replicated => "RMM (3D)",
+    };
+    let mut parts: Vec<String> = Vec::new();
+    let single = |o: &Operand| match o.steps.as_slice() {
+        [Step::Shuffle(by)] => Some(("shuffle", format!("by {by}"))),
+        [Step::Broadcast] => Some(("broadcast", String::new())),
+        _ => None,
+    };
+    match (single(&l), single(&r)) {
+        // `shuffle X by k, Y by k`, `broadcast X, Y`
+        (Some((va, a)), Some((vb, b))) if va == vb => {
+            let one = |n: &str, by: &str| if by.is_empty() { n.to_string() } else { format!("{n} {by}") };
+            parts.push(format!("{va} {}, {}", one(l.input, &a), one(r.input, &b)));
+        }
+        _ => parts.extend([l.phrase(), r.phrase()].into_iter().flatten()),
+    }
+    // Exchanges after the join move partial products or sums.
+    let after: Vec<&Exchange> = moves.exchanges.iter().filter(|e| !on_operands.contains(e.node)).collect();
+    if !after.is_empty() {
+        let pre_aggregated = after.iter().any(|e| match &plan.nodes[e.node] {
+            IaOp::Shuffle { input, .. } | IaOp::Broadcast { input } => {
+                matches!(plan.nodes.get(input), Some(IaOp::LocalAggregate { .. }))
+            }
+            _ => false,
+        });
+        parts.push(if pre_aggregated {
+            "partial sums aggregated locally, then exchanged".into()
+        } else {
+            "partial sums exchanged".into()
+        });
+    }
+    if !moved && after.is_empty() {
+        parts.push("nothing moved".into());
+    }
+    Some(format!("{acronym} — {}", parts.join("; ")))
+}
+
+/// Walk one join operand down to its input, naming its key dims on the way
+/// (`names` are the operand's). Exchanges met are noted in `seen`. `None`
+/// when something other than a shuffle, broadcast, filter or key map is met.
+fn operand<'a>(plan: &'a Plan, start: &'a str, names: &[&str], seen: &mut HashSet<&'a str>) -> Option<Operand<'a>> {
+    let mut names: Vec<String> = names.iter().map(|s| s.to_string()).collect();
+    let mut steps = Vec::new();
+    let mut name = start;
+    let by = |dims: &[usize], names: &[String]| -> Option<String> {
+        let picked: Option<Vec<&str>> = dims.iter().map(|d| names.get(*d).map(|s| s.as_str())).collect();
+        let picked = picked?;
+        Some(match picked.as_slice() {
+            [] => "nothing (one site)".into(),
+            [one] => one.to_string(),
+            many => format!("({})", many.join(",")),
+        })
+    };
+    for _ in 0..=plan.nodes.len() {
+        if let Some(decl) = plan.inputs.get(name) {
+            if decl.key_bounds.len() != names.len() {
+                return None;
+            }
+            steps.reverse();
+            return Some(Operand { input: name, steps });
+        }
+        match plan.nodes.get(name)? {
+            IaOp::Shuffle { input, dims } => {
+                steps.push(Step::Shuffle(by(dims, &names)?));
+                seen.insert(name);
+                name = input;
+            }
+            IaOp::Broadcast { input } => {
+                steps.push(Step::Broadcast);
+                seen.insert(name);
+                name = input;
+            }
+            IaOp::LocalFilter { input, .. } => {
+                steps.push(Step::Filter);
+                name = input;
+            }
+            IaOp::LocalMap { input, key: Some(key), kernel: None } => {
+                // Output dim c passes input dim j through, or is a range of copies.
+                let pass = key.passthrough();
+                let ranges = key.ranges();
+                if pass.len() != names.len() {
+                    return None;
+                }
+                let arity = pass.iter().flatten().max().map_or(0, |m| m + 1);
+                let mut inner = vec![String::new(); arity];
+                for (c, p) in pass.iter().enumerate() {
+                    match (p, ranges[c]) {
+                        (Some(j), _) => inner[*j] = names[c].clone(),
+                        (None, Some(_)) => {}
+                        (None, None) => return None,
+                    }
+                }
+                if inner.iter().any(|n| n.is_empty()) {
+                    return None;
+                }
+                let along: Vec<&str> =
+                    ranges.iter().enumerate().filter(|(_, r)| r.is_some()).map(|(c, _)| names[c].as_str()).collect();
+                if key.fanout() > 1 {
+                    steps.push(Step::Replicate(key.fanout(), along.join(",")));
+                }
+                names = inner;
+                name = input;
+            }
+            _ => return None,
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use JoinStrategy::*;
+
+    fn plan(nodes: &str) -> Plan {
+        Plan::from_json(&format!(
+            r#"{{"inputs": {{"X": {{"key_bounds": [4, 4], "array_bounds": [10, 10], "placement": {{"hash": [0]}}}},
+                             "Y": {{"key_bounds": [4, 4], "array_bounds": [10, 10]}}}},
+                "nodes": {{{nodes}}}, "outputs": ["Z"]}}"#
+        ))
+        .unwrap()
+    }
+
+    #[test]
+    fn cross_product_matmul_names_the_common_dimension() {
+        let p = plan(
+            r#""n0": {"op": "shuffle", "input": "Y", "dims": [0]},
+               "n1": {"op": "shuffle", "input": "X", "dims": [1]},
+               "n2": {"op": "local_join", "left": "n1", "right": "n0", "left_keys": [1], "right_keys": [0], "kernel": "matMul"},
+               "n3": {"op": "shuffle", "input": "n2", "dims": [0, 2]},
+               "Z": {"op": "local_aggregate", "input": "n3", "group_by": [0, 2], "kernel": "matAdd"}"#,
+        );
+        assert_eq!(plan_label(&p, &[CoPartitioned]), "CMM — shuffle X by k, Y by k; partial sums exchanged");
+    }
+
+    #[test]
+    fn two_phase_aggregation_is_said() {
+        let p = plan(
+            r#""n0": {"op": "shuffle", "input": "Y", "dims": [0]},
+               "n1": {"op": "shuffle", "input": "X", "dims": [1]},
+               "n2": {"op": "local_join", "left": "n1", "right": "n0", "left_keys": [1], "right_keys": [0], "kernel": "matMul"},
+               "n3": {"op": "local_aggregate", "input": "n2", "group_by": [0, 2], "kernel": "matAdd"},
+               "n4": {"op": "shuffle", "input": "n3", "dims": [0, 1]},
+               "Z": {"op": "local_aggregate", "input": "n4", "group_by": [0, 1], "kernel": "matAdd"}"#,
+        );
+        assert_eq!(
+            plan_label(&p, &[CoPartitioned]),
+            "CMM — shuffle X by k, Y by k; partial sums aggregated locally, then exchanged"
+        );
+    }
+
+    #[test]
+    fn broadcast_matmul_says_which_operand_moves() {
+        let right = plan(
+            r#""n0": {"op": "broadcast", "input": "Y"},
+               "n1": {"op": "local_join", "left": "X", "right": "n0", "left_keys": [1], "right_keys": [0], "kernel": "matMul"},
+               "Z": {"op": "local_aggregate", "input": "n1", "group_by": [0, 2], "kernel": "matAdd"}"#,
+        );
+        assert_eq!(plan_label(&right, &[BroadcastRight]), "BMM — broadcast Y");
+        let left = plan(
+            r#""n0": {"op": "shuffle", "input": "Y", "dims": [1]},
+               "n1": {"op": "broadcast", "input": "X"},
+               "n2": {"op": "local_join", "left": "n1", "right": "n0", "left_keys": [1], "right_keys": [0], "kernel": "matMul"},
+               "Z": {"op": "local_aggregate", "input": "n2", "group_by": [0, 2], "kernel": "matAdd"}"#,
+        );
+        assert_eq!(plan_label(&left, &[BroadcastLeft]), "BMM — broadcast X; shuffle Y by j");
+    }
+
+    #[test]
+    fn replication_matmul_names_the_replicated_dimension() {
+        let p = plan(
+            r#""n0": {"op": "local_map", "input": "Y", "key": "[0..4, k0, k1]"},
+               "n1": {"op": "shuffle", "input": "n0", "dims": [0]},
+               "n2": {"op": "local_map", "input": "X", "key": "[k0, k1, 0..4]"},
+               "n3": {"op": "local_join", "left": "n2", "right": "n1", "left_keys": [0, 1, 2], "right_keys": [0, 1, 2], "kernel": "matMul"},
+               "Z": {"op": "local_aggregate", "input": "n3", "group_by": [0, 2], "kernel": "matAdd"}"#,
+        );
+        assert_eq!(
+            plan_label(&p, &[Replicated]),
+            "RMM (3D) — replicate X 4× along j in place; replicate Y 4× along i, shuffle by i"
+        );
+    }
+
+    #[test]
+    fn a_plan_that_moves_nothing_says_so() {
+        let p = plan(
+            r#""n1": {"op": "local_join", "left": "X", "right": "Y", "left_keys": [1], "right_keys": [0], "kernel": "matMul"},
+               "Z": {"op": "local_aggregate", "input": "n1", "group_by": [0, 2], "kernel": "matAdd"}"#,
+        );
+        assert_eq!(plan_label(&p, &[BroadcastBoth]), "local matmul — nothing moved");
+        let q = plan(
+            r#""Z": {"op": "local_join", "left": "X", "right": "Y", "left_keys": [0, 1], "right_keys": [0, 1], "kernel": "matAdd"}"#,
+        );
+        assert_eq!(plan_label(&q, &[BroadcastBoth]), "local — nothing moved");
+    }
+
+    #[test]
+    fn other_plans_lead_with_their_join_strategies() {
+        let p = plan(
+            r#""n0": {"op": "local_filter", "input": "X", "predicate": "k0 == k1"},
+               "n1": {"op": "shuffle", "input": "n0", "dims": [0, 1]},
+               "n2": {"op": "shuffle", "input": "Y", "dims": [0, 1]},
+               "n3": {"op": "local_join", "left": "n1", "right": "n2", "left_keys": [0, 1], "right_keys": [0, 1], "kernel": "matAdd"},
+               "n4": {"op": "broadcast", "input": "n3"},
+               "Z": {"op": "local_join", "left": "n4", "right": "Y", "left_keys": [0, 1], "right_keys": [0, 1], "kernel": "matAdd"}"#,
+        );
+        assert_eq!(
+            plan_label(&p, &[CoPartitioned, BroadcastLeft]),
+            "1 co-partitioned + 1 broadcast joins — shuffle filtered X by keys 0,1, Y by keys 0,1; 1 intermediate exchanged"
+        );
+        let twice = plan(
+            r#""n0": {"op": "shuffle", "input": "Y", "dims": [1]},
+               "n1": {"op": "shuffle", "input": "Y", "dims": [0]},
+               "n2": {"op": "local_join", "left": "X", "right": "n1", "left_keys": [0], "right_keys": [0], "kernel": "matAdd"},
+               "Z": {"op": "local_join", "left": "n2", "right": "n0", "left_keys": [1], "right_keys": [1], "kernel": "matAdd"}"#,
+        );
+        assert_eq!(
+            plan_label(&twice, &[CoPartitioned, CoPartitioned]),
+            "co-partitioned joins — shuffle Y by key 1 and key 0"
+        );
+        assert_eq!(join_headline(&[CoPartitioned, CoPartitioned]).as_deref(), Some("co-partitioned joins"));
+        assert_eq!(
+            join_headline(&[BroadcastLeft, CoPartitioned, BroadcastRight, BroadcastBoth]).as_deref(),
+            Some("2 broadcast + 1 co-partitioned joins")
+        );
+        assert_eq!(join_headline(&[BroadcastBoth]), None);
+    }
+}
