@@ -532,3 +532,76 @@ fn a_panicking_job_leaves_the_warm_worker_serving_the_next_job() {
         assert!(alive(a.id()), "a worker went down");
     }
 }
+
+mod common;
+
+#[test]
+fn a_local_cluster_comes_up_runs_jobs_and_http_executions_and_goes_down() {
+    let dir = Dir::new("up");
+    let (prog, inputs) = setup(&dir);
+    let cdir = dir.path("cluster");
+    let up = Command::new(TRA)
+        .args(["cluster", "up", "--processes", "2", "--dir"])
+        .arg(&cdir)
+        .args(["--data-dir"])
+        .arg(&dir.0)
+        .output()
+        .unwrap();
+    assert!(up.status.success(), "{}", String::from_utf8_lossy(&up.stderr));
+    let info: serde_json::Value = serde_json::from_slice(&up.stdout).unwrap();
+    let pids: Vec<u32> = info["worker_pids"].as_array().unwrap().iter().map(|p| p.as_u64().unwrap() as u32).collect();
+    struct Down(PathBuf, Vec<u32>);
+    impl Drop for Down {
+        fn drop(&mut self) {
+            let _ = Command::new(TRA).args(["cluster", "down", "--dir"]).arg(&self.0).output();
+            for p in &self.1 {
+                let _ = Command::new("kill").arg(p.to_string()).stderr(Stdio::null()).status();
+            }
+        }
+    }
+    let _down = Down(cdir.clone(), pids.clone());
+    let mode = std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(cdir.join("secret")).unwrap().permissions());
+    assert_eq!(mode & 0o777, 0o600);
+    // `tra run --hosts` on it: the secret beside the host file is found.
+    let mut args = vec![prog.display().to_string(), "--hosts".into(), cdir.join("hosts.txt").display().to_string()];
+    args.extend(inputs.clone());
+    args.extend(outputs(&dir, "up"));
+    let (ok, out, err) = run(&args, &[]);
+    assert!(ok, "{err}");
+    check_summary(&out);
+    let status = Command::new(TRA).args(["cluster", "status", "--dir"]).arg(&cdir).output().unwrap();
+    let st: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+    assert!(st["workers"].as_array().unwrap().iter().all(|w| w["up"] == true && w["jobs"] == 1), "{st}");
+    // POST /v1/execute on the cluster gives what it gives on threads.
+    let target = tra_api::cluster::ClusterTarget::open(&cdir.join("hosts.txt"), None, None).unwrap();
+    let body: serde_json::Value = serde_json::from_str(&format!(
+        r#"{{"inputs": {{"X": {{"key_bounds": [4, 3], "array_bounds": [8, 6]}}, "Y": {{"key_bounds": [3, 4], "array_bounds": [6, 5]}}}},
+            "nodes": {}, "outputs": ["Z", "R"], "cluster": {{"sites": 4}},
+            "data": {{"X": {{"random": {{"seed": 3}}}}}}}}"#,
+        serde_json::to_string(&serde_json::from_str::<serde_json::Value>(PROGRAM).unwrap()["nodes"]).unwrap()
+    ))
+    .unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let (threads, cluster) = rt.block_on(async {
+        let a = common::start(tra_api::server::ServerConfig::default()).await;
+        let b = common::start(tra_api::server::ServerConfig {
+            cluster: Some(std::sync::Arc::new(target)),
+            ..Default::default()
+        })
+        .await;
+        (common::post(a, "/v1/execute", &body).await.json(), common::post(b, "/v1/execute", &body).await.json())
+    });
+    assert_eq!(cluster["runtime"], "cluster", "{cluster}");
+    assert_eq!(threads["network_floats_measured"], cluster["network_floats_measured"]);
+    for o in ["Z", "R"] {
+        assert_eq!(threads["outputs"][o]["data"], cluster["outputs"][o]["data"], "{o}: {cluster}");
+    }
+    assert!(std::fs::read_dir(cdir.join("scratch")).unwrap().next().is_none(), "request data left in scratch");
+    let down = Command::new(TRA).args(["cluster", "down", "--dir"]).arg(&cdir).output().unwrap();
+    assert!(down.status.success(), "{}", String::from_utf8_lossy(&down.stderr));
+    let t = Instant::now();
+    while pids.iter().any(|&p| alive(p)) {
+        assert!(t.elapsed() < Duration::from_secs(5), "workers still up after tra cluster down");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
