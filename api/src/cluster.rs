@@ -566,6 +566,7 @@ fn summary(
         "network_floats_measured": job.network_floats,
         "network_floats_predicted": predicted_total,
         "floats_match": job.network_floats == predicted_total,
+        "wire": job.wire,
         "timings_ms": {
             "optimize": optimize_ms, "job": job_ms, "run": job.run_ms, "load": job.load_ms, "write": job.write_ms,
             "total": t_start.elapsed().as_secs_f64() * 1e3,

@@ -498,9 +498,14 @@ fn serve_job(
             }
         }
         Err((e, rank)) => {
-            // The job process may be stuck waiting on its peers: a fresh one
-            // serves the next job.
-            w.replace_host();
+            // A job that failed cleanly (an error the job process answered)
+            // leaves it warm; one stopped, crashed or cancelled may have left
+            // it waiting on its peers: a fresh one serves the next job.
+            let clean = rank == 2
+                && w.host.lock().unwrap_or_else(|e| e.into_inner()).as_mut().is_some_and(|h| h.exited().is_none());
+            if !clean {
+                w.replace_host();
+            }
             remove_partial_outputs(&spec, token);
             tracing::warn!(process, "job {token:016x}: {e}");
             fail(&mut stream, e, rank)
@@ -606,10 +611,25 @@ fn run_hosts_once(spec: &JobSpec, hosts: &[Host], secret: &Secret, timeout: Dura
     // Reach every worker first.
     let mut links = Vec::new();
     let (tx, rx) = mpsc::channel::<(usize, Result<Option<AgentEvent>, String>)>();
+    let close_all = |links: &[Link]| {
+        for l in links {
+            let _ = l.stream.shutdown(Shutdown::Both);
+        }
+    };
     for (i, h) in hosts.iter().enumerate() {
-        let (mut link, mut reader) = open_link(i, h, secret).map_err(Attempt::Failed)?;
-        link.send(&req)
-            .map_err(|e| Attempt::Failed(format!("worker {i} at {}: cannot send the job: {e}", h.control)))?;
+        let reached = open_link(i, h, secret).and_then(|(mut link, reader)| {
+            link.send(&req)
+                .map_err(|e| format!("worker {i} at {}: cannot send the job: {e}", h.control))
+                .map(|()| (link, reader))
+        });
+        // Workers reached already stop their part when their connection closes.
+        let (link, mut reader) = match reached {
+            Ok(r) => r,
+            Err(e) => {
+                close_all(&links);
+                return Err(Attempt::Failed(e));
+            }
+        };
         let (tx, session) = (tx.clone(), link.session.clone());
         std::thread::spawn(move || loop {
             let ev = receive(&mut reader, &session);
@@ -626,11 +646,6 @@ fn run_hosts_once(spec: &JobSpec, hosts: &[Host], secret: &Secret, timeout: Dura
         links.push(link);
     }
     drop(tx);
-    let close_all = |links: &[Link]| {
-        for l in links {
-            let _ = l.stream.shutdown(Shutdown::Both);
-        }
-    };
     let start = Instant::now();
     let mut finished = vec![false; hosts.len()];
     let mut report: Option<JobReport> = None;

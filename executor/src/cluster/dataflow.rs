@@ -197,6 +197,18 @@ pub struct ClusterRun<T: Elem> {
     pub wall_ms: f64,
     /// The longest time a worker took to read its inputs.
     pub load_ms: f64,
+    /// Per shuffle and broadcast: what crossed between processes.
+    pub wire: BTreeMap<String, WireStat>,
+}
+
+/// What one exchange sent between processes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct WireStat {
+    /// Payload bytes (block elements) sent from one process to another.
+    pub bytes: u64,
+    /// From its first item sent to its last received (on any process;
+    /// process clocks are aligned to within the connection set-up).
+    pub ms: f64,
 }
 
 impl<T: Elem> ClusterRun<T> {
@@ -415,6 +427,10 @@ struct StepStat {
     done_ns: u64,
     moved: u64,
     tuples: u64,
+    /// An exchange: when it sent its first item (0: never).
+    first_ns: u64,
+    /// An exchange: payload bytes sent to other processes.
+    wire_bytes: u64,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -1007,23 +1023,37 @@ fn build<'s, T: Elem>(
 /// says (it gives the items to send and returns the floats that counts as
 /// moved); the step's moved floats and busy time are noted batch by batch.
 fn send_on<'s, T: Elem>(
+    p: &Arc<Proc<T>>,
+    me: usize,
     input: S<'s, T>,
-    name: &str,
     i: usize,
     report: Report,
     mut send: impl FnMut(Item<T>, &mut dyn FnMut(Item<T>)) -> u64 + 'static,
 ) -> S<'s, T> {
+    let name = p.prep.steps[i].name.clone();
+    let (p, workers) = (p.clone(), p.workers);
     input.unary::<CB<T>, _, _, _>(Pipeline, &format!("{name}: route"), move |_, _| {
         move |input, output| {
             input.for_each(|cap, data| {
                 let t0 = Instant::now();
+                let first = p.now_ns();
                 let mut session = output.session(&cap);
                 let mut moved = 0u64;
+                let mut wire = 0u64;
                 for it in data.take_items() {
-                    moved += send(it, &mut |item| session.give(item));
+                    moved += send(it, &mut |item| {
+                        if item.dest as usize / workers != me / workers {
+                            wire += item.payload_bytes() as u64;
+                        }
+                        session.give(item)
+                    });
                 }
                 let mut r = report.borrow_mut();
                 r.steps[i].moved += moved;
+                r.steps[i].wire_bytes += wire;
+                if r.steps[i].first_ns == 0 {
+                    r.steps[i].first_ns = first.max(1);
+                }
                 r.steps[i].busy_ns += t0.elapsed().as_nanos() as u64;
             });
         }
@@ -1043,7 +1073,7 @@ fn shuffle<'s, T: Elem>(
     let p2 = p.clone();
     let name = p.prep.steps[i].name.clone();
     let mut failed = false;
-    let routed = send_on(input, &p.prep.steps[i].name, i, report.clone(), move |it, give| {
+    let routed = send_on(p, me, input, i, report.clone(), move |it, give| {
         let mut moved = 0u64;
         match it.body {
             Body::Tuple(k, b) => {
@@ -1138,7 +1168,7 @@ fn arrive<'s, T: Elem>(p: Arc<Proc<T>>, i: usize, routed: S<'s, T>, report: Repo
 fn broadcast<'s, T: Elem>(p: &Arc<Proc<T>>, me: usize, i: usize, input: S<'s, T>, report: &Report) -> S<'s, T> {
     let (sites, workers, processes) = (p.sites, p.workers, p.processes);
     let name = p.prep.steps[i].name.clone();
-    let routed = send_on(input, &name, i, report.clone(), move |it, give| match it.body {
+    let routed = send_on(p, me, input, i, report.clone(), move |it, give| match it.body {
         Body::Tuple(k, b) => {
             for q in 0..processes {
                 give(Item::tuple(q * workers, me as u32, k.clone(), b.clone()));
@@ -1602,10 +1632,16 @@ fn finish<T: Elem>(p: &Proc<T>, c: Collected<T>, wall_ms: f64) -> Result<Cluster
     let mut moved = vec![0u64; n];
     let mut tuples = vec![0u64; n];
     let mut load_ns = 0u64;
+    let mut first = vec![u64::MAX; n];
+    let mut wire_bytes = vec![0u64; n];
     for r in &c.reports {
         load_ns = load_ns.max(r.load_ns);
         for (i, st) in r.steps.iter().enumerate().take(n) {
             done[i] = done[i].max(st.done_ns);
+            if st.first_ns > 0 {
+                first[i] = first[i].min(st.first_ns);
+            }
+            wire_bytes[i] += st.wire_bytes;
             if r.site < p.sites {
                 busy[i][r.site] = st.busy_ns as f64 / 1e6;
             }
@@ -1615,11 +1651,14 @@ fn finish<T: Elem>(p: &Proc<T>, c: Collected<T>, wall_ms: f64) -> Result<Cluster
     }
     let index: HashMap<&str, usize> = p.prep.steps.iter().enumerate().map(|(i, s)| (s.name.as_str(), i)).collect();
     let mut floats_moved = BTreeMap::new();
+    let mut wire = BTreeMap::new();
     let mut nodes = Vec::with_capacity(n);
     for (i, step) in p.prep.steps.iter().enumerate() {
         let exchange = matches!(step.op, IaOp::Shuffle { .. } | IaOp::Broadcast { .. });
         if exchange {
             floats_moved.insert(step.name.clone(), moved[i]);
+            let ms = if first[i] == u64::MAX { 0.0 } else { done[i].saturating_sub(first[i]) as f64 / 1e6 };
+            wire.insert(step.name.clone(), WireStat { bytes: wire_bytes[i], ms });
         }
         let operands: Vec<&str> = match &step.fused {
             Some(j) => p.prep.plan.nodes[j].operands(),
@@ -1656,6 +1695,7 @@ fn finish<T: Elem>(p: &Proc<T>, c: Collected<T>, wall_ms: f64) -> Result<Cluster
         nodes,
         wall_ms,
         load_ms: load_ns as f64 / 1e6,
+        wire,
     })
 }
 

@@ -134,6 +134,9 @@ pub struct JobReport {
     pub network_floats: u64,
     /// Floats moved, per shuffle and broadcast.
     pub floats_moved: BTreeMap<String, u64>,
+    /// Bytes sent between processes, and how long that took, per shuffle and broadcast.
+    #[serde(default)]
+    pub wire: BTreeMap<String, super::dataflow::WireStat>,
     /// Per node, in execution order (the thread runtime's `NodeStats` fields).
     pub nodes: Vec<serde_json::Value>,
     /// Per output: tuples, checksum, and where it was written.
@@ -310,6 +313,7 @@ fn finish_outputs<T: Elem>(
         write_ms,
         network_floats: run.total_floats_moved(),
         floats_moved: run.floats_moved.clone(),
+        wire: run.wire.clone(),
         nodes: run.nodes.iter().map(|n| serde_json::to_value(n).expect("JSON")).collect(),
         outputs,
     })
