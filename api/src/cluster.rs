@@ -32,7 +32,9 @@ use tra_optimizer::{Cluster, Program};
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct ClusterArgs {
     /// Run on N fresh processes of this machine, talking over loopback
-    /// (timely's cluster mode); sites = N × --workers.
+    /// (timely's cluster mode); sites = N × --workers. Every process writes
+    /// its own blocks of an output into a temporary file, put in place once
+    /// every process has succeeded; Ctrl-C or a failure leaves no file.
     #[arg(long, value_name = "N", conflicts_with = "hosts")]
     pub processes: Option<usize>,
     /// Run on the `tra worker`s of a host file (one line `HOST:PORT` per
