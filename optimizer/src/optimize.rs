@@ -300,11 +300,9 @@ pub fn optimize(p: &Program, rules: &[RuleDef], limits: &Limits) -> Result<Optim
         let choice = choose_among(&eg, &costs, &allow);
         let extracted = match choice.plan(&eg, &roots) {
             Ok(x) => x,
-            Err(output) if allowed.is_empty() => {
-                return Err(OptimizeError::Limit(format!(
+            Err(output) if allowed.is_empty() => return Err(OptimizeError::Limit(format!(
                 "saturation stopped ({stop_reason}) before output `{output}` had an executable plan; raise the limits"
-            )))
-            }
+            ))),
             Err(_) => continue,
         };
         let strategy = strategy_of(&eg, &extracted);
