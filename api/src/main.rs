@@ -82,6 +82,8 @@ enum Command {
         /// Optimize answers kept for programs asked again (0 turns the cache off).
         #[arg(long, default_value_t = 256)]
         answer_cache: usize,
+        #[command(flatten)]
+        cluster: tra_api::cluster::ServeClusterArgs,
     },
     /// Measure optimize time and e-graph size per workload, and for chains of matmuls.
     Bench {
@@ -106,8 +108,14 @@ enum Command {
         #[command(flatten)]
         cluster: tra_api::cluster::ClusterArgs,
     },
-    /// A cluster worker process (started on each node with its index and the host file).
+    /// A cluster worker (started on each machine with its index and the host
+    /// file; it stays up and runs the jobs sent to it).
     Worker(tra_api::cluster::WorkerArgs),
+    /// Start, inspect or stop a cluster of warm workers on this machine.
+    #[command(subcommand)]
+    Cluster(tra_api::cluster::ClusterCommand),
+    /// Write a new cluster secret to a file (mode 600).
+    Secret(tra_api::cluster::SecretArgs),
     /// Compile an einsum expression to TRA, optimize it, run it on dense .npy
     /// operands and write the dense result.
     Einsum(tra_api::einsum::EinsumArgs),
@@ -143,6 +151,14 @@ fn run(cli: Cli) -> Result<(), String> {
             Ok(())
         }
         Command::Worker(args) => tra_api::cluster::worker_command(args),
+        Command::Cluster(cmd) => {
+            println!("{}", tra_api::cluster::cluster_command(cmd)?);
+            Ok(())
+        }
+        Command::Secret(args) => {
+            println!("{}", tra_api::cluster::secret_command(args)?);
+            Ok(())
+        }
         Command::Einsum(args) => {
             println!("{}", tra_api::einsum::einsum_command(args)?);
             Ok(())
@@ -164,8 +180,10 @@ fn run(cli: Cli) -> Result<(), String> {
             max_execute_floats,
             max_concurrent_executions,
             answer_cache,
+            cluster,
         } => {
             let config = tra_api::server::ServerConfig {
+                cluster: cluster.target()?,
                 addr,
                 max_body_bytes,
                 max_egraph_nodes,

@@ -16,6 +16,7 @@
 //! async runtime, behind semaphores, under the limits of [`ServerConfig`].
 
 pub mod cache;
+mod cluster_execute;
 mod error;
 mod execute;
 pub mod openapi;
@@ -97,6 +98,8 @@ pub struct ServerConfig {
     pub max_concurrent_executions: usize,
     /// Optimize answers kept for programs asked again (default 256; 0: none).
     pub answer_cache: usize,
+    /// Run `/v1/execute` on these cluster workers instead of threads (`--hosts`).
+    pub cluster: Option<std::sync::Arc<crate::cluster::ClusterTarget>>,
 }
 
 impl Default for ServerConfig {
@@ -111,6 +114,7 @@ impl Default for ServerConfig {
             max_execute_floats: 50_000_000,
             max_concurrent_executions: 2,
             answer_cache: 256,
+            cluster: None,
         }
     }
 }
@@ -330,6 +334,9 @@ pub async fn serve_with_shutdown(
         config.max_execute_floats,
         config.max_concurrent_executions
     );
+    if let Some(c) = &config.cluster {
+        tracing::info!(target: "tra::http", "POST /v1/execute runs on the cluster {}", c.describe());
+    }
     axum::serve(listener, router(config)).with_graceful_shutdown(shutdown).await
 }
 

@@ -1,7 +1,11 @@
-//! `tra run --processes N`, `tra run --hosts FILE` and `tra worker`, through
-//! the binary: results equal `tra run` on threads, floats moved equal the
-//! prediction, a worker killed mid-run fails the job within seconds with a
-//! clear error and leaves no process behind, and the next job runs.
+//! `tra run --processes N`, `tra run --hosts FILE`, `tra worker`, `tra
+//! cluster` and `tra serve --hosts`, through the binary: results equal `tra
+//! run` on threads, floats moved equal the prediction; a worker killed or
+//! stopped mid-run fails the job within seconds with a clear error and
+//! leaves no process and no file behind, and so does an interrupted run; a
+//! job without the cluster secret, or with a path outside the workers' data
+//! directories, is refused and changes nothing; a panicking job leaves the
+//! warm worker serving the next one.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -215,6 +219,11 @@ struct Agents {
 
 impl Agents {
     fn start(dir: &Dir) -> Agents {
+        let secret = dir.path("secret");
+        if !secret.exists() {
+            let out = Command::new(TRA).arg("secret").arg(&secret).output().unwrap();
+            assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        }
         // Data ports, and control ports 1000 above them, below the ephemeral
         // range (outgoing connections cannot take them meanwhile).
         let mut lines = Vec::new();
@@ -242,8 +251,11 @@ impl Agents {
             .append(true)
             .open(hosts.with_extension(format!("worker{i}.log")))
             .unwrap();
+        let data = hosts.parent().unwrap().display().to_string();
         Command::new(TRA)
             .args(["worker", "--process", &i.to_string(), "--hosts", &hosts.display().to_string()])
+            .args(["--data-dir", &data])
+            .env("TRA_CLUSTER_ALLOW_TEST_HOOKS", "1")
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
@@ -304,8 +316,10 @@ fn hosts_run_on_worker_agents_and_survive_a_killed_job() {
     assert!(err.contains("worker 2") && err.contains("died (signal 9)"), "{err}");
     assert!(killed.elapsed() < Duration::from_secs(5));
     std::thread::sleep(Duration::from_millis(300));
+    // Each worker keeps one warm job process: a fresh one where the job failed.
+    assert!(!alive(job), "the killed job process is left behind");
     for a in &agents.children {
-        assert!(children(a.id()).is_empty(), "a job process is left behind");
+        assert_eq!(children(a.id()).len(), 1, "a job process is left behind");
     }
     // The next job works; so does one after an agent is restarted.
     assert!(run(&args, &[]).0);
@@ -318,4 +332,276 @@ fn hosts_run_on_worker_agents_and_survive_a_killed_job() {
     let (ok, out, err) = run(&args, &[]);
     assert!(ok, "{err}");
     check_summary(&out);
+}
+
+fn read_log_until(agents: &Agents, text: &str) -> String {
+    let t = Instant::now();
+    loop {
+        let logs = agents.logs();
+        if logs.contains(text) || t.elapsed() > Duration::from_secs(5) {
+            return logs;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The files under a directory (relative names, sorted) and their contents.
+fn tree(d: &Path) -> Vec<(String, Vec<u8>)> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(d).unwrap().flatten() {
+        let p = e.path();
+        let name = p.file_name().unwrap().to_string_lossy().into_owned();
+        if p.is_dir() {
+            out.extend(tree(&p).into_iter().map(|(n, c)| (format!("{name}/{n}"), c)));
+        } else {
+            out.push((name, std::fs::read(&p).unwrap_or_default()));
+        }
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn jobs_without_the_secret_or_outside_the_data_directories_are_refused_and_change_nothing() {
+    let dir = Dir::new("auth");
+    let (prog, inputs) = setup(&dir);
+    let agents = Agents::start(&dir);
+    let precious = dir.path("precious.npy");
+    std::fs::write(&precious, b"precious").unwrap();
+    let before = tree(&dir.0);
+    // The old attack: one JSON line naming an output path, no secret.
+    let job_port = std::fs::read_to_string(&agents.hosts)
+        .unwrap()
+        .lines()
+        .find(|l| !l.starts_with('#'))
+        .map(|l| {
+            let (h, p) = l.rsplit_once(':').unwrap();
+            format!("{h}:{}", p.parse::<u16>().unwrap() + 1000)
+        })
+        .unwrap();
+    {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(&job_port).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
+        let line = format!(
+            "{{\"request\":\"job\",\"job\":{{\"outputs\":{{\"Z\":\"{}\"}}}},\"token\":1,\"addresses\":[],\"timeout_s\":5}}\n",
+            precious.display()
+        );
+        let _ = s.write_all(line.as_bytes());
+        let mut answer = Vec::new();
+        let _ = s.read_to_end(&mut answer);
+        let answer = String::from_utf8_lossy(&answer);
+        assert!(!answer.contains("started") && !answer.contains("done"), "{answer}");
+    }
+    let logs = read_log_until(&agents, "refused");
+    assert!(logs.contains("refused a connection to the job port") && logs.contains("cluster secret"), "{logs}");
+    // A client with another secret is refused too, and says so.
+    let wrong = dir.path("wrong-secret");
+    assert!(Command::new(TRA).arg("secret").arg(&wrong).status().unwrap().success());
+    let mut args = vec![prog.display().to_string(), "--hosts".into(), agents.hosts.display().to_string()];
+    args.extend(inputs.clone());
+    let mut with_wrong = args.clone();
+    with_wrong.extend(["--secret-file".into(), wrong.display().to_string()]);
+    with_wrong.extend(["--output".into(), format!("Z={}", precious.display())]);
+    let (ok, _, err) = run(&with_wrong, &[]);
+    assert!(!ok && err.contains("authentication failed"), "{err}");
+    // Paths that escape the data directory: `..`, a link leading outside.
+    let outside = Dir::new("auth-outside");
+    std::os::unix::fs::symlink(&outside.0, dir.path("link")).unwrap();
+    for out in [format!("{}/../escaped.npy", dir.0.display()), format!("{}/z.npy", dir.path("link").display())] {
+        let mut a = args.clone();
+        a.extend(["--output".into(), format!("Z={out}")]);
+        let (ok, _, err) = run(&a, &[]);
+        assert!(!ok && (err.contains("`..`") || err.contains("outside this worker's data directories")), "{err}");
+    }
+    let mut a = args.clone();
+    a[6] = format!("Y={}/y.npy", outside.0.display());
+    std::fs::copy(dir.path("Y.npy"), outside.path("y.npy")).unwrap();
+    let (ok, _, err) = run(&a, &[]);
+    assert!(!ok && err.contains("outside this worker's data directories"), "{err}");
+    let _ = std::fs::remove_file(dir.path("link"));
+    // Nothing changed but the workers' logs and the second secret.
+    let kept = |t: Vec<(String, Vec<u8>)>| -> Vec<(String, Vec<u8>)> {
+        t.into_iter().filter(|(n, _)| !n.starts_with("hosts.worker") && n != "wrong-secret").collect()
+    };
+    assert!(kept(tree(&dir.0)) == kept(before), "files changed");
+    assert!(!dir.0.parent().unwrap().join("escaped.npy").exists());
+    assert_eq!(tree(&outside.0).len(), 1, "nothing written outside");
+}
+
+/// `tra run --processes 3` on a run that takes seconds (every operator
+/// stalls), in a fresh temporary directory: the child, its job processes.
+fn slow_run(dir: &Dir, tmp: &Path, args: &[String]) -> (Child, Vec<u32>) {
+    let child = Command::new(TRA)
+        .arg("run")
+        .args(args)
+        .env("TRA_CLUSTER_TEST_STALL_MS", "4000")
+        .env("TMPDIR", tmp)
+        .current_dir(&dir.0)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let workers = wait_children(child.id(), 3);
+    (child, workers)
+}
+
+#[test]
+fn a_stopped_worker_is_detected_within_10_seconds_and_leaves_nothing() {
+    let dir = Dir::new("sigstop");
+    let (prog, inputs) = setup(&dir);
+    let tmp = dir.path("tmp");
+    std::fs::create_dir_all(&tmp).unwrap();
+    let mut args = vec![prog.display().to_string(), "--processes".into(), "3".into()];
+    args.extend(inputs);
+    args.extend(outputs(&dir, "s"));
+    let before = tree(&dir.0);
+    let (mut child, workers) = slow_run(&dir, &tmp, &args);
+    std::thread::sleep(Duration::from_millis(1000));
+    let stopped = Instant::now();
+    assert!(Command::new("kill").args(["-STOP", &workers[1].to_string()]).status().unwrap().success());
+    let out = wait_with_timeout(&mut child, Duration::from_secs(15));
+    let took = stopped.elapsed();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(err.contains("worker 1 stopped responding"), "{err}");
+    assert!(took < Duration::from_secs(10), "took {took:?}");
+    for w in workers {
+        assert!(!alive(w), "worker {w} left behind");
+    }
+    assert_eq!(tree(&dir.0), before, "files left behind");
+}
+
+#[test]
+fn interrupted_or_killed_runs_leave_no_files_and_keep_existing_outputs() {
+    let dir = Dir::new("signals");
+    let (prog, inputs) = setup(&dir);
+    let tmp = dir.path("tmp");
+    std::fs::create_dir_all(&tmp).unwrap();
+    let mut args = vec![prog.display().to_string(), "--processes".into(), "3".into()];
+    args.extend(inputs);
+    args.extend(outputs(&dir, "sig"));
+    // An output from an earlier run stays as it was.
+    std::fs::write(dir.path("sig-Z.npy"), b"an earlier output").unwrap();
+    let before = tree(&dir.0);
+    for signal in ["INT", "TERM", "KILL"] {
+        let (mut child, workers) = slow_run(&dir, &tmp, &args);
+        std::thread::sleep(Duration::from_millis(1500));
+        assert!(Command::new("kill")
+            .args([&format!("-{signal}"), &child.id().to_string()])
+            .status()
+            .unwrap()
+            .success());
+        let out = wait_with_timeout(&mut child, Duration::from_secs(10));
+        assert!(!out.status.success(), "SIG{signal}");
+        let t = Instant::now();
+        while workers.iter().any(|&w| alive(w)) {
+            assert!(t.elapsed() < Duration::from_secs(5), "SIG{signal}: job processes left behind");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        if signal != "KILL" {
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(err.contains(&format!("interrupted by SIG{signal}")), "{err}");
+            assert_eq!(out.status.code(), Some(if signal == "INT" { 130 } else { 143 }));
+        }
+        assert_eq!(tree(&dir.0), before, "SIG{signal}: files left behind or changed");
+    }
+}
+
+#[test]
+fn a_panicking_job_leaves_the_warm_worker_serving_the_next_job() {
+    let dir = Dir::new("panic");
+    let (prog, inputs) = setup(&dir);
+    let agents = Agents::start(&dir);
+    let mut args = vec![prog.display().to_string(), "--hosts".into(), agents.hosts.display().to_string()];
+    args.extend(inputs);
+    args.extend(outputs(&dir, "p"));
+    let (ok, _, err) = run(&args, &[]);
+    assert!(ok, "{err}");
+    // Warm: the next job runs in the same job processes.
+    let warm: Vec<Vec<u32>> = agents.children.iter().map(|a| children(a.id())).collect();
+    let (ok, _, err) = run(&args, &[]);
+    assert!(ok, "{err}");
+    assert_eq!(warm, agents.children.iter().map(|a| children(a.id())).collect::<Vec<_>>(), "job processes changed");
+    let (ok, _, err) = run(&args, &[("TRA_CLUSTER_TEST_PANIC", "1")]);
+    assert!(!ok && err.contains("worker 0") && err.contains("panicked"), "{err}");
+    let (ok, out, err) = run(&args, &[]);
+    assert!(ok, "{err}\n{}", agents.logs());
+    check_summary(&out);
+    for a in &agents.children {
+        assert!(alive(a.id()), "a worker went down");
+    }
+}
+
+mod common;
+
+#[test]
+fn a_local_cluster_comes_up_runs_jobs_and_http_executions_and_goes_down() {
+    let dir = Dir::new("up");
+    let (prog, inputs) = setup(&dir);
+    let cdir = dir.path("cluster");
+    let up = Command::new(TRA)
+        .args(["cluster", "up", "--processes", "2", "--dir"])
+        .arg(&cdir)
+        .args(["--data-dir"])
+        .arg(&dir.0)
+        .output()
+        .unwrap();
+    assert!(up.status.success(), "{}", String::from_utf8_lossy(&up.stderr));
+    let info: serde_json::Value = serde_json::from_slice(&up.stdout).unwrap();
+    let pids: Vec<u32> = info["worker_pids"].as_array().unwrap().iter().map(|p| p.as_u64().unwrap() as u32).collect();
+    struct Down(PathBuf, Vec<u32>);
+    impl Drop for Down {
+        fn drop(&mut self) {
+            let _ = Command::new(TRA).args(["cluster", "down", "--dir"]).arg(&self.0).output();
+            for p in &self.1 {
+                let _ = Command::new("kill").arg(p.to_string()).stderr(Stdio::null()).status();
+            }
+        }
+    }
+    let _down = Down(cdir.clone(), pids.clone());
+    let mode = std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(cdir.join("secret")).unwrap().permissions());
+    assert_eq!(mode & 0o777, 0o600);
+    // `tra run --hosts` on it: the secret beside the host file is found.
+    let mut args = vec![prog.display().to_string(), "--hosts".into(), cdir.join("hosts.txt").display().to_string()];
+    args.extend(inputs.clone());
+    args.extend(outputs(&dir, "up"));
+    let (ok, out, err) = run(&args, &[]);
+    assert!(ok, "{err}");
+    check_summary(&out);
+    let status = Command::new(TRA).args(["cluster", "status", "--dir"]).arg(&cdir).output().unwrap();
+    let st: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+    assert!(st["workers"].as_array().unwrap().iter().all(|w| w["up"] == true && w["jobs"] == 1), "{st}");
+    // POST /v1/execute on the cluster gives what it gives on threads.
+    let target = tra_api::cluster::ClusterTarget::open(&cdir.join("hosts.txt"), None, None).unwrap();
+    let body: serde_json::Value = serde_json::from_str(&format!(
+        r#"{{"inputs": {{"X": {{"key_bounds": [4, 3], "array_bounds": [8, 6]}}, "Y": {{"key_bounds": [3, 4], "array_bounds": [6, 5]}}}},
+            "nodes": {}, "outputs": ["Z", "R"], "cluster": {{"sites": 4}},
+            "data": {{"X": {{"random": {{"seed": 3}}}}}}}}"#,
+        serde_json::to_string(&serde_json::from_str::<serde_json::Value>(PROGRAM).unwrap()["nodes"]).unwrap()
+    ))
+    .unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let (threads, cluster) = rt.block_on(async {
+        let a = common::start(tra_api::server::ServerConfig::default()).await;
+        let b = common::start(tra_api::server::ServerConfig {
+            cluster: Some(std::sync::Arc::new(target)),
+            ..Default::default()
+        })
+        .await;
+        (common::post(a, "/v1/execute", &body).await.json(), common::post(b, "/v1/execute", &body).await.json())
+    });
+    assert_eq!(cluster["runtime"], "cluster", "{cluster}");
+    assert_eq!(threads["network_floats_measured"], cluster["network_floats_measured"]);
+    for o in ["Z", "R"] {
+        assert_eq!(threads["outputs"][o]["data"], cluster["outputs"][o]["data"], "{o}: {cluster}");
+    }
+    assert!(std::fs::read_dir(cdir.join("scratch")).unwrap().next().is_none(), "request data left in scratch");
+    let down = Command::new(TRA).args(["cluster", "down", "--dir"]).arg(&cdir).output().unwrap();
+    assert!(down.status.success(), "{}", String::from_utf8_lossy(&down.stderr));
+    let t = Instant::now();
+    while pids.iter().any(|&p| alive(p)) {
+        assert!(t.elapsed() < Duration::from_secs(5), "workers still up after tra cluster down");
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }

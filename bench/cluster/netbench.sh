@@ -85,9 +85,11 @@ for i in $(seq 0 $((N - 1))); do
   echo "10.77.0.$((i + 1)):2101" >> "$WORK/hosts.txt"
 done
 
-# One agent per namespace.
+# One worker per namespace, sharing a fresh cluster secret (found beside the
+# host file) and confined to the work directory.
+"$TRA" secret "$WORK/secret" >/dev/null
 for i in $(seq 0 $((N - 1))); do
-  ip netns exec "tra-ns$i" "$TRA" worker --process "$i" --hosts "$WORK/hosts.txt" 2> "$WORK/worker-$i.log" &
+  ip netns exec "tra-ns$i" "$TRA" worker --process "$i" --hosts "$WORK/hosts.txt" --data-dir "$WORK" 2> "$WORK/worker-$i.log" &
   PIDS+=($!)
 done
 sleep 1

@@ -17,7 +17,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use tra_executor::cluster::job::{JobSpec, LayoutSpec};
-use tra_executor::cluster::supervise::{self, Assignment, Launcher};
+use tra_executor::cluster::supervise::{self, Assignment, JobHost, Launcher};
 use tra_executor::cluster::{run_loopback, ClusterRun};
 use tra_executor::npy::{self, Layout};
 use tra_executor::reference::{random_relation, AnyLayout, Relation};
@@ -40,7 +40,6 @@ fn launcher() -> Launcher {
         program: std::env::current_exe().unwrap(),
         args: vec!["--exact".into(), "job_process_entry".into(), "--nocapture".into(), "--test-threads=1".into()],
         env: Vec::new(),
-        stdout_to_stderr: false,
     }
 }
 
@@ -302,6 +301,8 @@ fn file_job(
         threads: Some(1),
         stall_ms: 0,
         connect_timeout_s: 20.0,
+        peer_timeout_s: 5.0,
+        test_panic: false,
     };
     (spec, data)
 }
@@ -312,7 +313,7 @@ fn three_os_processes_equal_threads_on_every_workload() {
     for (name, p) in workloads(3) {
         let plan = optimize(&p, &tra_rules::all(), &Limits::default()).unwrap().plan;
         let (spec, data) = file_job(&dir.0, &name, &p, &plan, 3, 1);
-        let result = supervise::run_local(&spec, &launcher(), Duration::from_secs(60), |_| {});
+        let result = supervise::run_local(&spec, &launcher(), Duration::from_secs(60), &no_stop, |_| {});
         let want = match thread_run(&plan, 3, &data, AnyLayout::RoundRobin) {
             Ok(w) => w,
             Err(e) => {
@@ -354,7 +355,9 @@ fn a_killed_worker_fails_the_job_quickly_and_the_next_job_runs() {
     let (tx, rx) = std::sync::mpsc::channel();
     let s2 = spec.clone();
     let handle = std::thread::spawn(move || {
-        supervise::run_local(&s2, &launcher(), Duration::from_secs(60), |pids| tx.send(pids.to_vec()).unwrap())
+        supervise::run_local(&s2, &launcher(), Duration::from_secs(60), &no_stop, |pids| {
+            tx.send(pids.to_vec()).unwrap()
+        })
     });
     let pids = rx.recv_timeout(Duration::from_secs(20)).expect("the job started");
     std::thread::sleep(Duration::from_millis(1500));
@@ -372,31 +375,39 @@ fn a_killed_worker_fails_the_job_quickly_and_the_next_job_runs() {
     }
     // The next job runs.
     spec.stall_ms = 0;
-    let report = supervise::run_local(&spec, &launcher(), Duration::from_secs(60), |_| {}).unwrap();
+    let report = supervise::run_local(&spec, &launcher(), Duration::from_secs(60), &no_stop, |_| {}).unwrap();
     assert_eq!(report.processes, 3);
 }
 
 #[test]
-fn a_job_process_stops_when_its_supervisor_goes_away() {
+fn a_job_process_stops_when_its_supervisor_goes_away_and_removes_its_temporary_files() {
     let dir = Dir::new("orphan");
     let p = workloads(2).into_iter().find(|(n, _)| n == "matmul").unwrap().1;
     let plan = optimize(&p, &tra_rules::all(), &Limits::default()).unwrap().plan;
     let (spec, _) = file_job(&dir.0, "orphan", &p, &plan, 2, 1);
-    let job = dir.0.join("job.json");
-    std::fs::write(&job, serde_json::to_vec(&spec).unwrap()).unwrap();
     // Process 1 of a job whose process 0 never starts: it waits to connect.
     let addrs = tra_executor::cluster::free_loopback_addresses(2).unwrap();
-    let a = Assignment { process: 1, addresses: addrs, token: 1, job, result: dir.0.join("r.json"), watch_stdin: true };
-    let mut child = launcher().spawn(&a).unwrap();
+    let key = tra_executor::cluster::auth::Secret::generate().job_key(1);
+    let a = Assignment { process: 1, addresses: addrs, token: 1, key: key.to_hex(), listen: None, spec: spec.clone() };
+    let mut host = JobHost::spawn(&launcher(), 1).unwrap();
+    host.submit(&a).unwrap();
+    // A temporary output as the job would have begun it.
+    let part = tra_executor::cluster::job::partial_path(spec.outputs.values().next().unwrap(), 1);
     std::thread::sleep(Duration::from_millis(500));
-    drop(child.stdin.take());
+    std::fs::write(&part, b"partial").unwrap();
+    host.close();
     let t = Instant::now();
     loop {
-        if let Some(st) = child.try_wait().unwrap() {
+        if let Some(st) = host.exited() {
             assert_eq!(st.code(), Some(supervise::exit::ORPHANED));
             break;
         }
         assert!(t.elapsed() < Duration::from_secs(5), "the job process did not stop");
         std::thread::sleep(Duration::from_millis(20));
     }
+    assert!(!part.exists(), "{} left behind", part.display());
+}
+
+fn no_stop() -> Option<String> {
+    None
 }

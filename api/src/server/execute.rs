@@ -78,6 +78,7 @@ pub(super) async fn execute_handler(
     let sites = program.cluster().sites;
     let out_types: BTreeMap<String, RelType> =
         program.outputs.iter().map(|o| (o.clone(), typed.types[o.as_str()].clone())).collect();
+    let cluster = config.cluster.clone();
     let run = tokio::task::spawn_blocking(move || {
         let _permit = permit;
         let inputs: BTreeMap<String, Relation> = data
@@ -93,6 +94,9 @@ pub(super) async fn execute_handler(
                 (name, rel)
             })
             .collect();
+        if let Some(c) = cluster {
+            return super::cluster_execute::run(&c, &plan, sites, &inputs, &out_types, summarize);
+        }
         let rt = shared_f64_runtime();
         let inputs: BTreeMap<String, TRelation<f64>> =
             inputs.iter().map(|(n, r)| (n.clone(), TRelation::from_relation(r, rt.pool()))).collect();
@@ -121,6 +125,7 @@ pub(super) async fn execute_handler(
     .await
     .map_err(|e| ApiError::internal(format!("the executor crashed: {e}")))?;
     let (timings, operators, floats_moved, measured, outputs) = run.map_err(interp_error)?;
+    let runtime = if config.cluster.is_some() { "cluster" } else { "threads" };
 
     Ok(Json(json!({
         "timings_ms": timings,
@@ -134,6 +139,7 @@ pub(super) async fn execute_handler(
         "cost": answer.cost,
         "report": optimized.json["report"],
         "outputs": outputs,
+        "runtime": runtime,
     })))
 }
 

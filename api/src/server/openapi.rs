@@ -274,7 +274,9 @@ pub fn document(config: &ServerConfig) -> Value {
                 "sites": {"type": "integer"},
                 "plan": r("Plan"),
                 "cost": r("Cost"),
-                "outputs": {"type": "object", "additionalProperties": r("OutputValue")}
+                "outputs": {"type": "object", "additionalProperties": r("OutputValue")},
+                "runtime": {"type": "string", "enum": ["threads", "cluster"],
+                    "description": "Where the plan ran: worker threads of the server, or the cluster of `tra serve --hosts`"}
             },
             "required": ["timings_ms", "network_floats_measured", "network_floats_predicted", "outputs"]
         },

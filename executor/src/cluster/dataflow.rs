@@ -33,6 +33,8 @@
 //! `sites` times (a replicated operand's once, by worker 0), whatever the
 //! number of copies the network really carries (one per process).
 
+use super::auth::{self, Secret};
+use super::heartbeat::{Heartbeats, SilenceHandler};
 use super::input::{self, InputData};
 use super::ops::{self, bad, concat_count, concat_kernel, is_mat_add, project, Exec, Res};
 use super::output::OutputFile;
@@ -44,7 +46,6 @@ use crate::threads::{Block, Elem, NodeStats, PhysValue, SharedBlock, Tuple};
 use serde::{Deserialize, Serialize};
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
-use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::rc::Rc;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -93,12 +94,33 @@ pub enum Comm {
         addresses: Vec<String>,
         /// Worker threads per process.
         workers: usize,
-        /// A number every process of one job shares: a connection from a
-        /// process of another job is refused.
+        /// The job's key ([`Secret::job_key`]): every connection proves it,
+        /// so a connection from another job or from outside is refused.
+        key: Secret,
+        /// The job's token (part of what connections prove).
         token: u64,
         /// How long to wait for the other processes to connect.
         connect_timeout: Duration,
+        /// Listen here instead of at `addresses[process]` (`--bind`).
+        listen: Option<String>,
+        /// Heartbeats with the other processes, and what to do when one is silent.
+        watch: Option<PeerWatch>,
     },
+}
+
+/// Heartbeats between job processes (see [`super::heartbeat`]).
+#[derive(Clone)]
+pub struct PeerWatch {
+    /// A peer silent this long has stopped responding.
+    pub silence: Duration,
+    /// Called (from a heartbeat thread) with the silent peer's index.
+    pub on_silent: SilenceHandler,
+}
+
+impl std::fmt::Debug for PeerWatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "PeerWatch {{ silence: {:?} }}", self.silence)
+    }
 }
 
 impl Comm {
@@ -121,6 +143,9 @@ pub struct RunConfig {
     pub threads: usize,
     /// Test hook: every local operator sleeps this long when it fires.
     pub stall_ms: u64,
+    /// Test hook: worker 0 panics outside tra's guarded kernel calls (the job
+    /// process stops; its supervisor must survive it).
+    pub test_panic: bool,
     /// Outputs that every site writes in place into a file (see
     /// [`super::output`]) instead of gathering them on process 0.
     pub files: BTreeMap<String, OutputFile>,
@@ -133,6 +158,7 @@ impl Default for RunConfig {
             fuse: true,
             threads: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
             stall_ms: 0,
+            test_panic: false,
             files: BTreeMap::new(),
         }
     }
@@ -171,6 +197,18 @@ pub struct ClusterRun<T: Elem> {
     pub wall_ms: f64,
     /// The longest time a worker took to read its inputs.
     pub load_ms: f64,
+    /// Per shuffle and broadcast: what crossed between processes.
+    pub wire: BTreeMap<String, WireStat>,
+}
+
+/// What one exchange sent between processes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct WireStat {
+    /// Payload bytes (block elements) sent from one process to another.
+    pub bytes: u64,
+    /// From its first item sent to its last received (on any process;
+    /// process clocks are aligned to within the connection set-up).
+    pub ms: f64,
 }
 
 impl<T: Elem> ClusterRun<T> {
@@ -358,7 +396,7 @@ struct Proc<T: Elem> {
     workers: usize,
     processes: usize,
     start: Instant,
-    kernels: rayon::ThreadPool,
+    kernels: Arc<rayon::ThreadPool>,
     every: Mutex<HashMap<usize, EveryCell<T>>>,
     replicated: Mutex<HashMap<String, EveryCell<T>>>,
     collected: Mutex<Collected<T>>,
@@ -389,6 +427,10 @@ struct StepStat {
     done_ns: u64,
     moved: u64,
     tuples: u64,
+    /// An exchange: when it sent its first item (0: never).
+    first_ns: u64,
+    /// An exchange: payload bytes sent to other processes.
+    wire_bytes: u64,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -556,11 +598,7 @@ pub fn run_process<T: Elem>(
             }
         }
     }
-    let kernels = rayon::ThreadPoolBuilder::new()
-        .num_threads(cfg.threads.max(1))
-        .thread_name(|i| format!("tra-kernel-{i}"))
-        .build()
-        .map_err(|e| plain(format!("cannot start kernel threads: {e}")))?;
+    let kernels = kernel_threads(cfg.threads.max(1)).map_err(plain)?;
     let proc_ = Arc::new(Proc {
         prep,
         inputs: inputs.clone(),
@@ -575,6 +613,7 @@ pub fn run_process<T: Elem>(
         collected: Mutex::new(Collected::default()),
     });
 
+    let mut heartbeats: Option<Heartbeats> = None;
     let (builders, others) = match comm {
         Comm::Local { workers, serialize } => {
             let c = if *serialize {
@@ -584,8 +623,11 @@ pub fn run_process<T: Elem>(
             };
             c.try_build().map_err(plain)?
         }
-        Comm::Cluster { process, addresses, workers, token, connect_timeout } => {
-            let sockets = connect(addresses, *process, *token, *connect_timeout).map_err(plain)?;
+        Comm::Cluster { process, addresses, workers, key, token, connect_timeout, listen, watch } => {
+            let (sockets, beats) =
+                connect(addresses, *process, listen.as_deref(), key, *token, *connect_timeout, watch.is_some())
+                    .map_err(plain)?;
+            heartbeats = watch.as_ref().map(|w| Heartbeats::start(beats, w.silence, w.on_silent.clone()));
             use timely::communication::allocator::zero_copy::initialize::initialize_networking_from_sockets;
             use timely::communication::allocator::ProcessBuilder;
             let hooks = timely::communication::Hooks::default();
@@ -604,6 +646,7 @@ pub fn run_process<T: Elem>(
     for r in guards.join() {
         r.map_err(|e| plain(format!("a worker thread failed: {e}")))?;
     }
+    drop(heartbeats);
     let wall_ms = proc_.start.elapsed().as_secs_f64() * 1e3;
     if process != 0 {
         return Ok(None);
@@ -612,28 +655,71 @@ pub fn run_process<T: Elem>(
     finish(&proc_, collected, wall_ms).map(Some)
 }
 
-/// Connect to every other process (timely's handshake, with a job token and
-/// quick retries): `sockets[j]` is the connection to process `j`.
-fn connect(addresses: &[String], me: usize, token: u64, timeout: Duration) -> Result<Vec<Option<TcpStream>>, String> {
-    const MAGIC: u64 = 0x7472_615f_636c_7573; // "tra_clus"
+/// The kernel threads of this process: kept between runs (a warm job
+/// process starts no threads for a job), made anew when a run asks for
+/// another number of them.
+fn kernel_threads(n: usize) -> Result<Arc<rayon::ThreadPool>, String> {
+    static KERNELS: Mutex<Option<Arc<rayon::ThreadPool>>> = Mutex::new(None);
+    let mut k = lock(&KERNELS);
+    if let Some(pool) = k.as_ref().filter(|p| p.current_num_threads() == n) {
+        return Ok(pool.clone());
+    }
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(n)
+        .thread_name(|i| format!("tra-kernel-{i}"))
+        .build()
+        .map_err(|e| format!("cannot start kernel threads: {e}"))?;
+    let pool = Arc::new(pool);
+    *k = Some(pool.clone());
+    Ok(pool)
+}
+
+/// Connect to every other process, each connection authenticated with the
+/// job's key (see [`super::auth`]); the claim is the connecting process's
+/// index and the channel (0: timely's data, 1: heartbeats). Answers
+/// `sockets[j]`, the data connection to process `j`, and the heartbeat
+/// connections when `heartbeats`.
+#[allow(clippy::type_complexity)]
+fn connect(
+    addresses: &[String],
+    me: usize,
+    listen: Option<&str>,
+    key: &Secret,
+    token: u64,
+    timeout: Duration,
+    heartbeats: bool,
+) -> Result<(Vec<Option<TcpStream>>, Vec<(usize, TcpStream)>), String> {
     let deadline = Instant::now() + timeout;
     let n = addresses.len();
-    let listener = TcpListener::bind(addresses[me].as_str())
-        .map_err(|e| format!("process {me}: cannot listen on {}: {e}", addresses[me]))?;
+    let channels: u8 = if heartbeats { 2 } else { 1 };
+    let context = [b"tra peer".as_slice(), &token.to_le_bytes()].concat();
+    let listen = listen.unwrap_or(addresses[me].as_str());
+    let listener = TcpListener::bind(listen).map_err(|e| format!("process {me}: cannot listen on {listen}: {e}"))?;
     listener.set_nonblocking(true).map_err(|e| e.to_string())?;
     let mut sockets: Vec<Option<TcpStream>> = (0..n).map(|_| None).collect();
-    let mut pending_lower: Vec<usize> = (0..me).collect();
-    let mut missing_upper = n - me - 1;
+    let mut beats: Vec<Option<TcpStream>> = (0..n).map(|_| None).collect();
+    let mut pending_lower: Vec<(usize, u8)> = (0..me).flat_map(|j| (0..channels).map(move |c| (j, c))).collect();
+    let mut missing_upper = (n - me - 1) * channels as usize;
     let mut last_err: HashMap<usize, String> = HashMap::new();
+    let claim = |index: usize, channel: u8| -> Vec<u8> {
+        let mut c = (index as u32).to_le_bytes().to_vec();
+        c.push(channel);
+        c
+    };
     while !pending_lower.is_empty() || missing_upper > 0 {
         if Instant::now() > deadline {
             let mut waiting: Vec<String> = pending_lower
                 .iter()
-                .map(|j| format!("process {j} at {} ({})", addresses[*j], last_err.get(j).cloned().unwrap_or_default()))
+                .filter(|(_, c)| *c == 0)
+                .map(|(j, _)| {
+                    format!("process {j} at {} ({})", addresses[*j], last_err.get(j).cloned().unwrap_or_default())
+                })
                 .collect();
             if missing_upper > 0 {
-                waiting
-                    .push(format!("{missing_upper} process(es) with a higher index to connect to {}", addresses[me]));
+                waiting.push(format!(
+                    "{} connection(s) from processes with a higher index to {}",
+                    missing_upper, addresses[me]
+                ));
             }
             return Err(format!(
                 "process {me}: the other processes did not all connect within {:.0} s: waiting for {}",
@@ -643,33 +729,28 @@ fn connect(addresses: &[String], me: usize, token: u64, timeout: Duration) -> Re
         }
         let mut progress = false;
         // Connect to the processes below us.
-        pending_lower.retain(|&j| {
-            let attempt = (|| -> std::io::Result<TcpStream> {
-                let addr = addresses[j].to_socket_addrs_first()?;
-                let mut s = TcpStream::connect_timeout(&addr, Duration::from_millis(500))?;
-                s.set_nodelay(true)?;
-                s.set_read_timeout(Some(Duration::from_secs(5)))?;
-                let mut hello = Vec::with_capacity(24);
-                hello.extend_from_slice(&MAGIC.to_le_bytes());
-                hello.extend_from_slice(&token.to_le_bytes());
-                hello.extend_from_slice(&(me as u64).to_le_bytes());
-                s.write_all(&hello)?;
-                let mut ack = [0u8; 8];
-                s.read_exact(&mut ack)?;
-                if u64::from_le_bytes(ack) != token {
-                    return Err(std::io::Error::other("a process of another job answered"));
-                }
-                s.set_read_timeout(None)?;
+        pending_lower.retain(|&(j, channel)| {
+            let attempt = (|| -> Result<TcpStream, String> {
+                let addr = addresses[j].to_socket_addrs_first().map_err(|e| e.to_string())?;
+                let mut s = TcpStream::connect_timeout(&addr, Duration::from_millis(500)).map_err(|e| e.to_string())?;
+                s.set_nodelay(true).map_err(|e| e.to_string())?;
+                s.set_read_timeout(Some(Duration::from_secs(5))).map_err(|e| e.to_string())?;
+                auth::connect(&mut s, key, &context, &claim(me, channel)).map_err(|e| e.to_string())?;
+                s.set_read_timeout(None).map_err(|e| e.to_string())?;
                 Ok(s)
             })();
             match attempt {
                 Ok(s) => {
-                    sockets[j] = Some(s);
+                    if channel == 0 {
+                        sockets[j] = Some(s);
+                    } else {
+                        beats[j] = Some(s);
+                    }
                     progress = true;
                     false
                 }
                 Err(e) => {
-                    last_err.insert(j, e.to_string());
+                    last_err.insert(j, e);
                     true
                 }
             }
@@ -677,29 +758,35 @@ fn connect(addresses: &[String], me: usize, token: u64, timeout: Duration) -> Re
         // Accept the processes above us.
         loop {
             match listener.accept() {
-                Ok((mut s, _)) => {
+                Ok((mut s, from)) => {
                     progress = true;
-                    let ok = (|| -> std::io::Result<Option<usize>> {
-                        s.set_nonblocking(false)?;
-                        s.set_nodelay(true)?;
-                        s.set_read_timeout(Some(Duration::from_secs(5)))?;
-                        let mut hello = [0u8; 24];
-                        s.read_exact(&mut hello)?;
-                        let magic = u64::from_le_bytes(hello[0..8].try_into().expect("8"));
-                        let their_token = u64::from_le_bytes(hello[8..16].try_into().expect("8"));
-                        let idx = u64::from_le_bytes(hello[16..24].try_into().expect("8")) as usize;
-                        if magic != MAGIC || their_token != token || idx <= me || idx >= n {
-                            return Ok(None);
+                    let ok = (|| -> Result<(usize, u8), String> {
+                        s.set_nonblocking(false).map_err(|e| e.to_string())?;
+                        s.set_nodelay(true).map_err(|e| e.to_string())?;
+                        s.set_read_timeout(Some(Duration::from_secs(5))).map_err(|e| e.to_string())?;
+                        let (c, _) = auth::accept(&mut s, key, &context, 5).map_err(|e| e.to_string())?;
+                        let idx = u32::from_le_bytes(c[0..4].try_into().expect("4")) as usize;
+                        let channel = c[4];
+                        if idx <= me || idx >= n || channel >= channels {
+                            return Err(format!("claims to be process {idx}, channel {channel}"));
                         }
-                        s.write_all(&token.to_le_bytes())?;
-                        s.set_read_timeout(None)?;
-                        Ok(Some(idx))
+                        s.set_read_timeout(None).map_err(|e| e.to_string())?;
+                        Ok((idx, channel))
                     })();
-                    if let Ok(Some(idx)) = ok {
-                        if sockets[idx].is_none() {
-                            missing_upper -= 1;
+                    match ok {
+                        Ok((idx, channel)) => {
+                            let slot = if channel == 0 { &mut sockets[idx] } else { &mut beats[idx] };
+                            if slot.is_none() {
+                                missing_upper -= 1;
+                            }
+                            *slot = Some(s);
                         }
-                        sockets[idx] = Some(s);
+                        Err(e) => tracing::warn!(
+                            process = me,
+                            %from,
+                            "refused a connection to the job's data port {}: {e}",
+                            addresses[me]
+                        ),
                     }
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
@@ -710,7 +797,8 @@ fn connect(addresses: &[String], me: usize, token: u64, timeout: Duration) -> Re
             std::thread::sleep(Duration::from_millis(2));
         }
     }
-    Ok(sockets)
+    let beats = beats.into_iter().enumerate().filter_map(|(j, s)| s.map(|s| (j, s))).collect();
+    Ok((sockets, beats))
 }
 
 trait FirstAddr {
@@ -726,6 +814,9 @@ impl FirstAddr for String {
 
 fn worker_main<T: Elem>(p: &Arc<Proc<T>>, worker: &mut Worker) {
     let me = worker.index();
+    if p.cfg.test_panic && me == 0 {
+        panic!("test hook: this job panics on worker 0");
+    }
     let nsteps = p.prep.steps.len();
     let report: Report = Rc::new(RefCell::new(WorkerReport {
         site: me,
@@ -932,23 +1023,37 @@ fn build<'s, T: Elem>(
 /// says (it gives the items to send and returns the floats that counts as
 /// moved); the step's moved floats and busy time are noted batch by batch.
 fn send_on<'s, T: Elem>(
+    p: &Arc<Proc<T>>,
+    me: usize,
     input: S<'s, T>,
-    name: &str,
     i: usize,
     report: Report,
     mut send: impl FnMut(Item<T>, &mut dyn FnMut(Item<T>)) -> u64 + 'static,
 ) -> S<'s, T> {
+    let name = p.prep.steps[i].name.clone();
+    let (p, workers) = (p.clone(), p.workers);
     input.unary::<CB<T>, _, _, _>(Pipeline, &format!("{name}: route"), move |_, _| {
         move |input, output| {
             input.for_each(|cap, data| {
                 let t0 = Instant::now();
+                let first = p.now_ns();
                 let mut session = output.session(&cap);
                 let mut moved = 0u64;
+                let mut wire = 0u64;
                 for it in data.take_items() {
-                    moved += send(it, &mut |item| session.give(item));
+                    moved += send(it, &mut |item| {
+                        if item.dest as usize / workers != me / workers {
+                            wire += item.payload_bytes() as u64;
+                        }
+                        session.give(item)
+                    });
                 }
                 let mut r = report.borrow_mut();
                 r.steps[i].moved += moved;
+                r.steps[i].wire_bytes += wire;
+                if r.steps[i].first_ns == 0 {
+                    r.steps[i].first_ns = first.max(1);
+                }
                 r.steps[i].busy_ns += t0.elapsed().as_nanos() as u64;
             });
         }
@@ -968,7 +1073,7 @@ fn shuffle<'s, T: Elem>(
     let p2 = p.clone();
     let name = p.prep.steps[i].name.clone();
     let mut failed = false;
-    let routed = send_on(input, &p.prep.steps[i].name, i, report.clone(), move |it, give| {
+    let routed = send_on(p, me, input, i, report.clone(), move |it, give| {
         let mut moved = 0u64;
         match it.body {
             Body::Tuple(k, b) => {
@@ -1063,7 +1168,7 @@ fn arrive<'s, T: Elem>(p: Arc<Proc<T>>, i: usize, routed: S<'s, T>, report: Repo
 fn broadcast<'s, T: Elem>(p: &Arc<Proc<T>>, me: usize, i: usize, input: S<'s, T>, report: &Report) -> S<'s, T> {
     let (sites, workers, processes) = (p.sites, p.workers, p.processes);
     let name = p.prep.steps[i].name.clone();
-    let routed = send_on(input, &name, i, report.clone(), move |it, give| match it.body {
+    let routed = send_on(p, me, input, i, report.clone(), move |it, give| match it.body {
         Body::Tuple(k, b) => {
             for q in 0..processes {
                 give(Item::tuple(q * workers, me as u32, k.clone(), b.clone()));
@@ -1527,10 +1632,16 @@ fn finish<T: Elem>(p: &Proc<T>, c: Collected<T>, wall_ms: f64) -> Result<Cluster
     let mut moved = vec![0u64; n];
     let mut tuples = vec![0u64; n];
     let mut load_ns = 0u64;
+    let mut first = vec![u64::MAX; n];
+    let mut wire_bytes = vec![0u64; n];
     for r in &c.reports {
         load_ns = load_ns.max(r.load_ns);
         for (i, st) in r.steps.iter().enumerate().take(n) {
             done[i] = done[i].max(st.done_ns);
+            if st.first_ns > 0 {
+                first[i] = first[i].min(st.first_ns);
+            }
+            wire_bytes[i] += st.wire_bytes;
             if r.site < p.sites {
                 busy[i][r.site] = st.busy_ns as f64 / 1e6;
             }
@@ -1540,11 +1651,14 @@ fn finish<T: Elem>(p: &Proc<T>, c: Collected<T>, wall_ms: f64) -> Result<Cluster
     }
     let index: HashMap<&str, usize> = p.prep.steps.iter().enumerate().map(|(i, s)| (s.name.as_str(), i)).collect();
     let mut floats_moved = BTreeMap::new();
+    let mut wire = BTreeMap::new();
     let mut nodes = Vec::with_capacity(n);
     for (i, step) in p.prep.steps.iter().enumerate() {
         let exchange = matches!(step.op, IaOp::Shuffle { .. } | IaOp::Broadcast { .. });
         if exchange {
             floats_moved.insert(step.name.clone(), moved[i]);
+            let ms = if first[i] == u64::MAX { 0.0 } else { done[i].saturating_sub(first[i]) as f64 / 1e6 };
+            wire.insert(step.name.clone(), WireStat { bytes: wire_bytes[i], ms });
         }
         let operands: Vec<&str> = match &step.fused {
             Some(j) => p.prep.plan.nodes[j].operands(),
@@ -1581,6 +1695,7 @@ fn finish<T: Elem>(p: &Proc<T>, c: Collected<T>, wall_ms: f64) -> Result<Cluster
         nodes,
         wall_ms,
         load_ms: load_ns as f64 / 1e6,
+        wire,
     })
 }
 

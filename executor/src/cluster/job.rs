@@ -1,8 +1,17 @@
 //! A cluster job as files: the plan, `.npy` inputs (each process reads its
-//! own sites' tuples) and outputs (written by process 0), and the report
-//! process 0 makes of the run.
+//! own sites' tuples) and outputs, and the report process 0 makes of the run.
+//!
+//! **Outputs.** Every process writes its own blocks of an output, in place,
+//! into one temporary file beside it (`NAME.npy.tra-<job>.part`); process 0
+//! writes the header. Only when every process of the job has succeeded does
+//! the job's supervisor (`tra run --processes`, or the worker of process 0
+//! when the submitter says so) rename it over the output ([`commit_outputs`]):
+//! an existing output is untouched by a job that fails, and a failed or
+//! interrupted job leaves no temporary file ([`remove_partial_outputs`]).
 
-use super::dataflow::{run_process, ClusterRun, Comm, RunConfig};
+use super::auth::Secret;
+use super::dataflow::{run_process, ClusterRun, Comm, PeerWatch, RunConfig};
+use super::heartbeat::SilenceHandler;
 use super::input::InputData;
 use super::output::OutputFile;
 use crate::npy::{self, Layout};
@@ -52,7 +61,7 @@ pub struct JobSpec {
     pub dtype: String,
     /// Input `.npy` files by input name (paths as seen by every process).
     pub inputs: BTreeMap<String, PathBuf>,
-    /// Output `.npy` files by output name (written by process 0).
+    /// Output `.npy` files by output name (every process writes its blocks).
     pub outputs: BTreeMap<String, PathBuf>,
     /// Write outputs as dense tensors.
     #[serde(default)]
@@ -73,6 +82,21 @@ pub struct JobSpec {
     /// Seconds to wait for the processes to connect.
     #[serde(default = "thirty")]
     pub connect_timeout_s: f64,
+    /// A process that hears nothing from another for this many seconds
+    /// fails the job (`worker N stopped responding`); see [`super::heartbeat`].
+    #[serde(default = "default_peer_timeout")]
+    pub peer_timeout_s: f64,
+    /// Test hook: the job panics on worker 0 (see [`super::RunConfig::test_panic`]).
+    #[serde(default)]
+    pub test_panic: bool,
+}
+
+/// The default of [`JobSpec::peer_timeout_s`]: a stopped process is
+/// noticed within about 5 s.
+pub const DEFAULT_PEER_TIMEOUT_S: f64 = 5.0;
+
+fn default_peer_timeout() -> f64 {
+    DEFAULT_PEER_TIMEOUT_S
 }
 
 fn yes() -> bool {
@@ -110,38 +134,78 @@ pub struct JobReport {
     pub network_floats: u64,
     /// Floats moved, per shuffle and broadcast.
     pub floats_moved: BTreeMap<String, u64>,
+    /// Bytes sent between processes, and how long that took, per shuffle and broadcast.
+    #[serde(default)]
+    pub wire: BTreeMap<String, super::dataflow::WireStat>,
     /// Per node, in execution order (the thread runtime's `NodeStats` fields).
     pub nodes: Vec<serde_json::Value>,
     /// Per output: tuples, checksum, and where it was written.
     pub outputs: BTreeMap<String, serde_json::Value>,
 }
 
-/// Run process `process` of a job. Process 0 writes the outputs and answers
-/// the report; the others answer `None`.
-pub fn run_job(spec: &JobSpec, process: usize, addresses: &[String], token: u64) -> Result<Option<JobReport>, String> {
-    if addresses.len() != spec.processes {
-        return Err(format!("{} addresses for {} processes", addresses.len(), spec.processes));
+/// How one process of a job reaches the others.
+#[derive(Clone)]
+pub struct Membership {
+    /// Its index.
+    pub process: usize,
+    /// Every process's data address.
+    pub addresses: Vec<String>,
+    /// The job's token.
+    pub token: u64,
+    /// The job's key ([`super::auth::Secret::job_key`]).
+    pub key: Secret,
+    /// Listen here instead of at `addresses[process]`.
+    pub listen: Option<String>,
+    /// What to do when another process stops responding.
+    pub on_silent: Option<SilenceHandler>,
+}
+
+/// Run one process's part of a job: every process writes its blocks of the
+/// outputs into the temporary files; process 0 answers the report, the
+/// others `None`. The outputs are not renamed here (see [`commit_outputs`]).
+pub fn run_job(spec: &JobSpec, m: &Membership) -> Result<Option<JobReport>, String> {
+    if m.addresses.len() != spec.processes {
+        return Err(format!("{} addresses for {} processes", m.addresses.len(), spec.processes));
     }
     let comm = if spec.processes == 1 {
         Comm::Local { workers: spec.workers, serialize: false }
     } else {
         Comm::Cluster {
-            process,
-            addresses: addresses.to_vec(),
+            process: m.process,
+            addresses: m.addresses.clone(),
             workers: spec.workers,
-            token,
+            key: m.key.clone(),
+            token: m.token,
             connect_timeout: Duration::from_secs_f64(spec.connect_timeout_s),
+            listen: m.listen.clone(),
+            watch: m.on_silent.clone().map(|on_silent| PeerWatch {
+                silence: Duration::from_secs_f64(spec.peer_timeout_s.max(0.1)),
+                on_silent,
+            }),
         }
     };
-    let result = match Dtype::parse(&spec.dtype) {
-        Some(Dtype::F32) => run_typed::<f32>(spec, &comm, token),
-        Some(Dtype::F64) => run_typed::<f64>(spec, &comm, token),
+    match Dtype::parse(&spec.dtype) {
+        Some(Dtype::F32) => run_typed::<f32>(spec, &comm, m.token),
+        Some(Dtype::F64) => run_typed::<f64>(spec, &comm, m.token),
         None => Err(format!("dtype {:?}: expected f32 or f64", spec.dtype)),
-    };
-    if result.is_err() && process == 0 {
-        remove_partial_outputs(spec, token);
     }
-    result
+}
+
+/// Put a successful job's outputs in place: each temporary file renamed
+/// over its output.
+pub fn commit_outputs(spec: &JobSpec, token: u64) -> Result<(), String> {
+    for (name, path) in &spec.outputs {
+        // Remove the old file first: ext4 flushes a file renamed over another
+        // to disk before answering (tens of ms for large outputs).
+        let part = partial_path(path, token);
+        if !part.exists() {
+            return Err(format!("output `{name}`: {} is missing", part.display()));
+        }
+        let _ = std::fs::remove_file(path);
+        std::fs::rename(&part, path)
+            .map_err(|e| format!("output `{name}`: cannot rename {} to {}: {e}", part.display(), path.display()))?;
+    }
+    Ok(())
 }
 
 /// The name an output has while the job writes it (renamed when it is complete).
@@ -190,12 +254,13 @@ fn run_typed<T: Elem>(spec: &JobSpec, comm: &Comm, token: u64) -> Result<Option<
         fuse: spec.fuse,
         threads: spec.threads.unwrap_or(default_threads).max(1),
         stall_ms: spec.stall_ms,
+        test_panic: spec.test_panic,
         files,
     };
     let run = run_process::<T>(&spec.plan, &inputs, comm, &cfg).map_err(|e| format!("error while running: {e}"))?;
     match run {
         None => Ok(None),
-        Some(run) => finish_outputs(spec, &typed, layout, token, run).map(Some),
+        Some(run) => finish_outputs(spec, &typed, layout, run).map(Some),
     }
 }
 
@@ -203,7 +268,6 @@ fn finish_outputs<T: Elem>(
     spec: &JobSpec,
     typed: &tra_optimizer::check::TypedPlan,
     layout: Layout,
-    token: u64,
     run: ClusterRun<T>,
 ) -> Result<JobReport, String> {
     use serde_json::json;
@@ -212,11 +276,6 @@ fn finish_outputs<T: Elem>(
     for (name, w) in &run.written {
         let t = &typed.types[name];
         let path = &spec.outputs[name];
-        // Remove the old file first: ext4 flushes a file renamed over another
-        // to disk before answering (tens of ms for large outputs).
-        let _ = std::fs::remove_file(path);
-        std::fs::rename(partial_path(path, token), path)
-            .map_err(|e| format!("output `{name}`: cannot rename to {}: {e}", path.display()))?;
         let keys: u64 = t.rel.frontier.iter().map(|&f| u64::from(f)).product();
         let mut info = json!({
             "key_bounds": t.rel.frontier, "array_bounds": t.rel.array_bounds, "tuples": w.tuples,
@@ -254,6 +313,7 @@ fn finish_outputs<T: Elem>(
         write_ms,
         network_floats: run.total_floats_moved(),
         floats_moved: run.floats_moved.clone(),
+        wire: run.wire.clone(),
         nodes: run.nodes.iter().map(|n| serde_json::to_value(n).expect("JSON")).collect(),
         outputs,
     })

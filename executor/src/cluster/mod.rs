@@ -10,16 +10,24 @@
 //! - [`input`]: which tuples each site holds; each process reads only its own
 //!   from the `.npy` files; [`output`]: each site writes its own tuples of the
 //!   outputs in place.
-//! - [`job`]: a job as files (plan, `.npy` inputs and outputs) and what a
-//!   job process reports.
-//! - [`supervise`]: starting, watching and stopping job processes: `N` local
-//!   processes on loopback, or one per machine under [`agent`]s; a process
-//!   that dies fails the job everywhere within seconds.
+//! - [`job`]: a job as files (plan, `.npy` inputs and outputs, put in place
+//!   only when every process succeeded) and what a job process reports.
+//! - [`supervise`]: job processes (each serves jobs, warm between them),
+//!   watching and stopping them: `N` fresh local processes on loopback, or
+//!   one warm one per machine under [`agent`]s; a process that dies fails
+//!   the job everywhere within seconds, and nothing is left behind.
+//! - [`heartbeat`]: a process that stops responding fails the job within
+//!   seconds too.
+//! - [`auth`]: the cluster secret and the challenge-response every
+//!   connection passes; [`confine`]: the directories a worker's jobs may use.
 //! - [`agent`]: `tra worker` on each machine of a host file, and the client
 //!   side of `tra run --hosts`.
 
 pub mod agent;
+pub mod auth;
+pub mod confine;
 pub mod dataflow;
+pub mod heartbeat;
 pub mod input;
 pub mod job;
 pub mod ops;
@@ -27,7 +35,7 @@ pub mod output;
 pub mod supervise;
 pub mod wire;
 
-pub use dataflow::{run_process, ClusterError, ClusterRun, Comm, RunConfig};
+pub use dataflow::{run_process, ClusterError, ClusterRun, Comm, PeerWatch, RunConfig};
 pub use input::InputData;
 pub use job::{JobReport, JobSpec};
 
@@ -53,14 +61,18 @@ pub fn run_loopback<T: Elem>(
         inputs.iter().map(|(n, r)| (n.clone(), InputData::Memory(Arc::new(r.clone())))).collect();
     let cfg = RunConfig { layout, threads: 2, ..RunConfig::default() };
     let token = rand::random::<u64>();
+    let key = auth::Secret::generate().job_key(token);
     let handles: Vec<_> = (0..processes)
         .map(|process| {
             let comm = Comm::Cluster {
                 process,
                 addresses: addresses.clone(),
                 workers,
+                key: key.clone(),
                 token,
                 connect_timeout: Duration::from_secs(30),
+                listen: None,
+                watch: None,
             };
             let (plan, data, cfg) = (plan.clone(), data.clone(), cfg.clone());
             std::thread::Builder::new()

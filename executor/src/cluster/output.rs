@@ -1,5 +1,6 @@
 //! Writing outputs where they are: every site writes its own tuples of an
-//! output straight into the `.npy` file, at their place (positioned writes;
+//! output straight into the output's temporary `.npy` file (see
+//! [`super::job`]), at their place (positioned writes;
 //! a dense file row run by row run), so that outputs are not gathered on one
 //! process first. Every process opens the same file (a shared file system
 //! across machines, as for inputs); all of them give it its final length and
@@ -10,7 +11,7 @@ use super::wire::elem_bytes;
 use crate::npy::{self, Layout};
 use crate::threads::{Block, Elem};
 use std::fs::{File, OpenOptions};
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::PathBuf;
 use tra_optimizer::keyexpr::Key;
 
@@ -53,13 +54,17 @@ impl OutputFile {
         let head = npy::header_bytes(T::DTYPE, &shape);
         let esize = T::DTYPE.size() as u64;
         let total = head.len() as u64 + shape.iter().product::<usize>() as u64 * esize;
-        let file = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .read(true)
-            .write(true)
-            .open(&self.path)
-            .map_err(|e| format!("{}: cannot create: {e}", self.path.display()))?;
+        // Never through a symbolic link planted at the temporary name.
+        let file = super::supervise::creating_output(|| {
+            OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .read(true)
+                .write(true)
+                .custom_flags(libc::O_NOFOLLOW)
+                .open(&self.path)
+        })
+        .map_err(|e| format!("{}: cannot create: {e}", self.path.display()))?;
         file.set_len(total).map_err(|e| format!("{}: cannot size: {e}", self.path.display()))?;
         if header {
             file.write_all_at(&head, 0).map_err(|e| format!("{}: cannot write: {e}", self.path.display()))?;

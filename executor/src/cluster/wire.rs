@@ -77,7 +77,7 @@ impl<T: Elem> Item<T> {
     }
 
     /// Payload bytes (for batching).
-    fn payload_bytes(&self) -> usize {
+    pub(crate) fn payload_bytes(&self) -> usize {
         let e = std::mem::size_of::<T>();
         match &self.body {
             Body::Tuple(k, b) | Body::EveryTuple(k, b) => 16 + 4 * k.len() + b.len() * e,
