@@ -243,16 +243,20 @@ pub fn optimize(p: &Program, rules: &[RuleDef], limits: &Limits) -> Result<Optim
     let lowering: Vec<_> = rules.iter().filter(|r| r.lowering).flat_map(|r| r.rewrites.iter()).collect();
     let all: Vec<_> = rules.iter().flat_map(|r| r.rewrites.iter()).collect();
 
+    // Under a request deadline (crate::deadline), saturation gets at most
+    // three quarters of what is left of it.
+    let sat_time = crate::deadline::saturation_budget(limits.time);
+    let sat_start = if crate::deadline::current().is_some() { Instant::now() } else { start };
     let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         let r1 = Runner::<Ia, TraAnalysis, ()>::new(TraAnalysis::new(cluster.sites, IndexMap::new()))
             .with_egraph(eg)
             .with_node_limit(limits.nodes)
             .with_iter_limit(limits.iterations)
-            .with_time_limit(limits.time)
+            .with_time_limit(sat_time)
             .run(lowering.iter().copied());
         let mut iterations = r1.iterations.len();
         let lower_stop = r1.stop_reason.clone();
-        let remaining = limits.time.saturating_sub(start.elapsed());
+        let remaining = sat_time.saturating_sub(sat_start.elapsed());
         let r2 = Runner::<Ia, TraAnalysis, ()>::new(TraAnalysis::new(cluster.sites, IndexMap::new()))
             .with_egraph(r1.egraph)
             .with_node_limit(limits.nodes)
@@ -268,6 +272,9 @@ pub fn optimize(p: &Program, rules: &[RuleDef], limits: &Limits) -> Result<Optim
     }));
     set_current_rule("program");
     let (eg, iterations, stop) = run.map_err(|e| {
+        if crate::deadline::is_expired_payload(&*e) {
+            return OptimizeError::Limit(format!("{} during saturation", crate::deadline::reason()));
+        }
         let msg = e
             .downcast_ref::<String>()
             .cloned()
@@ -298,11 +305,16 @@ pub fn optimize(p: &Program, rules: &[RuleDef], limits: &Limits) -> Result<Optim
             None => true,
         };
         let choice = choose_among(&eg, &costs, &allow);
+        if crate::deadline::expired() {
+            return Err(OptimizeError::Limit(format!("{} during extraction", crate::deadline::reason())));
+        }
         let extracted = match choice.plan(&eg, &roots) {
             Ok(x) => x,
-            Err(output) if allowed.is_empty() => return Err(OptimizeError::Limit(format!(
+            Err(output) if allowed.is_empty() => {
+                return Err(OptimizeError::Limit(format!(
                 "saturation stopped ({stop_reason}) before output `{output}` had an executable plan; raise the limits"
-            ))),
+            )))
+            }
             Err(_) => continue,
         };
         let strategy = strategy_of(&eg, &extracted);
