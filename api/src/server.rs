@@ -115,6 +115,10 @@ pub struct ServerConfig {
     /// analysis, saturation (at most three quarters of it), extraction
     /// (default 10 s).
     pub optimize_time: Duration,
+    /// Most bytes of the key sets one request's analysis may hold (filters
+    /// and key maps leave relations whose keys are listed; default 256 MiB);
+    /// past it the request gets 503 `limit_exceeded`.
+    pub analysis_memory_bytes: u64,
     /// Most optimizations (and other CPU work: parsing, type checking,
     /// einsum compilation) running at once; others wait (default: the number of CPUs).
     pub max_concurrent_optimizations: usize,
@@ -161,6 +165,7 @@ impl Default for ServerConfig {
             max_egraph_nodes: 100_000,
             max_iterations: 100,
             optimize_time: Duration::from_secs(10),
+            analysis_memory_bytes: 256 << 20,
             max_concurrent_optimizations: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(4),
             max_execute_floats: 50_000_000,
             execute_memory_bytes: 1 << 30,
@@ -278,7 +283,14 @@ impl AppState {
     /// A deadline `budget` from now (`what` names the limit in messages),
     /// cancelled when the server's shutdown grace ends.
     pub fn deadline(&self, budget: Duration, what: String) -> Deadline {
-        Deadline::after(budget, what).with_cancel(self.inner.cancel.clone())
+        let key_budget = self.config().analysis_memory_bytes;
+        Deadline::after(budget, what).with_cancel(self.inner.cancel.clone()).with_key_budget(
+            key_budget,
+            format!(
+                "this server's analysis memory limit of {} (--analysis-memory-bytes)",
+                admission::human(key_budget)
+            ),
+        )
     }
 
     /// The deadline of one optimization started now.
@@ -323,8 +335,11 @@ impl AppState {
             }
             err
         };
-        let answer =
-            optimize(program, &self.inner.rules, &self.inner.config.limits()).map_err(|e| limited(e.into()))?;
+        let answer = optimize(program, &self.inner.rules, &self.inner.config.limits()).map_err(|e| {
+            // A request stopped by a limit may have held much memory (key sets, a large e-graph).
+            admission::give_back_freed_memory();
+            limited(e.into())
+        })?;
         let json = answer_json(program, &answer);
         if deadline::expired() {
             // The reports type-check every alternative: past the deadline they may be cut short.

@@ -231,6 +231,15 @@ fn label(eg: &TraEGraph, plan: &ExtractedPlan, strategy: &[JoinStrategy]) -> Str
     parts.join("; ")
 }
 
+/// An egg hook: stop saturating once the request's deadline (or key
+/// budget) has passed; the caller then reports it.
+fn stop_when_expired(_: &mut Runner<Ia, TraAnalysis, ()>) -> Result<(), String> {
+    if crate::deadline::expired() {
+        return Err(crate::deadline::reason());
+    }
+    Ok(())
+}
+
 /// Optimize a TRA program with the given rules.
 pub fn optimize(p: &Program, rules: &[RuleDef], limits: &Limits) -> Result<OptimizeAnswer, OptimizeError> {
     let start = Instant::now();
@@ -253,6 +262,7 @@ pub fn optimize(p: &Program, rules: &[RuleDef], limits: &Limits) -> Result<Optim
             .with_node_limit(limits.nodes)
             .with_iter_limit(limits.iterations)
             .with_time_limit(sat_time)
+            .with_hook(stop_when_expired)
             .run(lowering.iter().copied());
         let mut iterations = r1.iterations.len();
         let lower_stop = r1.stop_reason.clone();
@@ -262,6 +272,7 @@ pub fn optimize(p: &Program, rules: &[RuleDef], limits: &Limits) -> Result<Optim
             .with_node_limit(limits.nodes)
             .with_iter_limit(limits.iterations)
             .with_time_limit(remaining.max(Duration::from_millis(1)))
+            .with_hook(stop_when_expired)
             .run(all.iter().copied());
         iterations += r2.iterations.len();
         let stop = match lower_stop {
@@ -271,6 +282,9 @@ pub fn optimize(p: &Program, rules: &[RuleDef], limits: &Limits) -> Result<Optim
         (r2.egraph, iterations, stop)
     }));
     set_current_rule("program");
+    if crate::deadline::expired() {
+        return Err(OptimizeError::Limit(format!("{} during saturation", crate::deadline::reason())));
+    }
     let (eg, iterations, stop) = run.map_err(|e| {
         if crate::deadline::is_expired_payload(&*e) {
             return OptimizeError::Limit(format!("{} during saturation", crate::deadline::reason()));

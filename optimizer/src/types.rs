@@ -245,7 +245,9 @@ impl RelType {
         let keys = if dense_count == Some(keys.len() as u64) && (arity > 0 || !keys.is_empty()) {
             KeySet::Dense
         } else {
-            KeySet::Explicit(Arc::new(keys))
+            // Shared with an equal set of the same request, and counted
+            // against its key budget (crate::deadline).
+            KeySet::Explicit(crate::deadline::share_keys(keys))
         };
         RelType { frontier, array_bounds, keys }
     }

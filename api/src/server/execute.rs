@@ -73,6 +73,7 @@ pub(super) async fn execute_handler(
         let _permit = permit;
         let _reservation = reservation;
         let r = deadline::within(run_deadline.clone(), || run(&p, &rt, run_deadline));
+        crate::server::admission::give_back_freed_memory();
         (p, r)
     })
     .await

@@ -37,6 +37,10 @@ pub struct ServeArgs {
     /// saturation, extraction), in milliseconds (503 past it).
     #[arg(long, default_value_t = 10_000)]
     pub optimize_ms: u64,
+    /// Most bytes of key sets one request's analysis may hold (filters and
+    /// key maps list the keys they keep); 503 past it.
+    #[arg(long, default_value_t = 256 << 20)]
+    pub analysis_memory_bytes: u64,
     /// Most wall time of one execution after its optimization, in milliseconds (503 past it).
     #[arg(long, default_value_t = 60_000)]
     pub execute_ms: u64,
@@ -90,6 +94,7 @@ impl ServeArgs {
             max_body_bytes: self.max_body_bytes,
             max_egraph_nodes: self.max_egraph_nodes,
             optimize_time: Duration::from_millis(self.optimize_ms),
+            analysis_memory_bytes: self.analysis_memory_bytes,
             execute_time: Duration::from_millis(self.execute_ms),
             max_execute_floats: self.max_execute_floats,
             execute_memory_bytes: self.execute_memory_bytes,
