@@ -401,3 +401,74 @@ impl Slots {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn est(bytes: u64) -> Estimate {
+        Estimate { bytes, heaviest: ("X".into(), bytes), why: "test".into() }
+    }
+
+    fn later(ms: u64) -> Deadline {
+        Deadline::after(Duration::from_millis(ms), "a test limit")
+    }
+
+    #[tokio::test]
+    async fn the_budget_queues_then_refuses() {
+        let b = Arc::new(MemoryBudget::new(100, 1));
+        let e = b.reserve(&est(101), &later(1000)).await.err().expect("larger than the budget");
+        assert_eq!((e.status.as_u16(), e.code.as_str(), e.at.as_str()), (413, "data_too_large", "X"));
+        assert!(e.message.contains("--execute-memory-bytes"), "{}", e.message);
+
+        let a = b.reserve(&est(60), &later(1000)).await.unwrap();
+        // The second waits for the first; a third finds the queue full.
+        let b2 = b.clone();
+        let waiting = tokio::spawn(async move { b2.reserve(&est(60), &later(5000)).await.map(|r| r.bytes) });
+        while b.stats().waiting == 0 {
+            tokio::task::yield_now().await;
+        }
+        let e = b.reserve(&est(60), &later(1000)).await.err().expect("the queue is full");
+        assert_eq!((e.status.as_u16(), e.code.as_str()), (503, "overloaded"));
+        assert!(e.retry_after.is_some());
+        assert_eq!(b.stats().reserved_bytes, 60);
+        drop(a);
+        assert_eq!(waiting.await.unwrap().unwrap(), 60, "admitted once the first finished");
+        assert_eq!((b.stats().reserved_bytes, b.stats().running, b.stats().waiting), (0, 0, 0));
+
+        // Waiting ends at the deadline.
+        let _full = b.reserve(&est(100), &later(1000)).await.unwrap();
+        let t = std::time::Instant::now();
+        let e = b.reserve(&est(1), &later(100)).await.err().expect("no room before the deadline");
+        assert!(t.elapsed() < Duration::from_secs(2));
+        assert!(e.message.contains("a test limit passed"), "{}", e.message);
+        assert_eq!(b.stats().waiting, 0);
+    }
+
+    #[tokio::test]
+    async fn slots_wait_until_the_deadline() {
+        let s = Slots::new("optimization", 1, 1);
+        let held = s.acquire(&later(1000)).await.unwrap();
+        let e = s.acquire(&later(50)).await.err().expect("the slot stays busy");
+        assert_eq!(e.code, "overloaded");
+        assert!(e.message.contains("all 1 optimization slots stayed busy until a test limit passed"), "{}", e.message);
+        drop(held);
+        assert!(s.acquire(&later(50)).await.is_ok());
+    }
+
+    #[test]
+    fn a_million_small_tuples_weigh_what_they_cost() {
+        use tra_optimizer::check::check_program;
+        let p = tra_optimizer::Program::from_json(
+            r#"{"inputs": {"X": {"key_bounds": [16384, 1024], "array_bounds": [1, 1]}},
+                "nodes": {"S": {"op": "aggregate", "input": "X", "group_by": [0], "kernel": "matAdd"}},
+                "outputs": ["S"]}"#,
+        )
+        .unwrap();
+        let t = check_program(&p).unwrap();
+        let e = estimate_program(&["X"], &t.types, &p.outputs, 4);
+        // 16.8 M floats, but ~600 bytes a tuple: about 10 GB, not 134 MB.
+        assert!(e.bytes > 9 << 30, "{}", human(e.bytes));
+        assert_eq!(e.heaviest.0, "X");
+    }
+}

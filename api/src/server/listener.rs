@@ -47,6 +47,9 @@ pub struct ConnLimits {
     pub grace: Duration,
 }
 
+/// How long a new connection is safe from eviction.
+const EVICTION_GRACE: Duration = Duration::from_millis(50);
+
 /// One open connection.
 struct Conn {
     opened: Instant,
@@ -95,19 +98,25 @@ impl Connections {
     }
 
     /// Make room for one more connection under `max`: true if there is room
-    /// (possibly after evicting the oldest connection serving nothing).
+    /// (possibly after evicting the oldest connection serving nothing). A
+    /// connection younger than [`EVICTION_GRACE`] is not evicted: a real
+    /// client sends its request right after connecting.
     fn make_room(&self, max: usize) -> bool {
-        let open = self.lock();
+        let mut open = self.lock();
         if open.len() < max {
             return true;
         }
-        let oldest = open.values().filter(|c| c.active.load(Ordering::SeqCst) == 0).min_by_key(|c| c.opened).cloned();
-        drop(open);
-        match oldest {
+        let oldest = open
+            .iter()
+            .filter(|(_, c)| c.active.load(Ordering::SeqCst) == 0 && c.opened.elapsed() >= EVICTION_GRACE)
+            .min_by_key(|(_, c)| c.opened)
+            .map(|(id, _)| *id);
+        match oldest.and_then(|id| open.remove(&id)) {
             Some(c) => {
+                // Out of the count at once; its task drops the socket.
                 c.evict.notify_one();
                 self.evicted.fetch_add(1, Ordering::Relaxed);
-                true // it closes at once; the cap is exceeded by one meanwhile at most
+                true
             }
             None => false,
         }
