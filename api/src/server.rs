@@ -612,7 +612,7 @@ impl FromRequest<AppState> for JsonBody {
                         human_bytes(limit)
                     ),
                 )
-            } else if e.body_text().contains("timed out") {
+            } else if e.body_text().contains("timeout") {
                 timed_out()
             } else {
                 ApiError::bad_json(format!("cannot read the request body: {}", e.body_text()))

@@ -317,8 +317,8 @@ fn open(path: &Path) -> Result<(BufReader<File>, NpyHeader), NpyError> {
         return Err(err(
             path,
             format!(
-                "the header says shape {:?} of {} ({need} bytes of data) but the file holds only {have} bytes after \
-                 its header: truncated or not what it claims",
+                "the data is shorter than the header says: shape {:?} of {} needs {need} bytes, the file holds only \
+                 {have} bytes after its header (truncated, or not what it claims)",
                 h.shape,
                 h.dtype.numpy_name()
             ),
@@ -642,10 +642,10 @@ mod tests {
         // A 128-byte header claiming 30000 × 30000 float64s, and no data.
         std::fs::write(&p, header_bytes(Dtype::F64, &[30000, 30000])).unwrap();
         let e = read_array::<f64>(&p).unwrap_err().message;
-        assert!(e.contains("7200000000 bytes of data") && e.contains("only 0 bytes"), "{e}");
+        assert!(e.contains("needs 7200000000 bytes") && e.contains("only 0 bytes"), "{e}");
         let pool = Pool::<f64>::new();
         let e = read_relation::<f64>(&p, &[30000], &[30000], &pool).unwrap_err().message;
-        assert!(e.contains("truncated or not what it claims"), "{e}");
+        assert!(e.contains("shorter than the header says"), "{e}");
         assert_eq!(pool.stats().fresh_bytes, 0, "nothing was allocated for the data");
         // A shape whose byte count overflows 64 bits.
         std::fs::write(&p, header_bytes(Dtype::F64, &[1 << 40, 1 << 40])).unwrap();
