@@ -8,6 +8,8 @@
 //! Bounded in time (the server runs with short limits: 3 s of optimization,
 //! 1 s to send headers) and in memory; prints the figures at the end.
 
+mod common;
+
 use serde_json::{json, Value};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -129,17 +131,7 @@ fn raw(addr: SocketAddr, request: &[u8], timeout: Duration) -> Answer {
     let status = head.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
     let mut body = buf[split + 4..].to_vec();
     if head.to_ascii_lowercase().contains("transfer-encoding: chunked") {
-        let mut out = Vec::new();
-        let mut rest = &body[..];
-        while let Some(eol) = rest.windows(2).position(|w| w == b"\r\n") {
-            let n = usize::from_str_radix(std::str::from_utf8(&rest[..eol]).unwrap().trim(), 16).unwrap();
-            if n == 0 {
-                break;
-            }
-            out.extend_from_slice(&rest[eol + 2..eol + 2 + n]);
-            rest = &rest[eol + 2 + n + 2..];
-        }
-        body = out;
+        body = common::dechunk(&body);
     }
     Answer { status, headers: head, body }
 }
