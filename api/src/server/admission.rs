@@ -449,7 +449,7 @@ mod tests {
     async fn slots_wait_until_the_deadline() {
         let s = Slots::new("optimization", 1, 1);
         let held = s.acquire(&later(1000)).await.unwrap();
-        let e = s.acquire(&later(50)).await.err().expect("the slot stays busy");
+        let e = s.acquire(&later(50)).await.expect_err("the slot stays busy");
         assert_eq!(e.code, "overloaded");
         assert!(e.message.contains("all 1 optimization slots stayed busy until a test limit passed"), "{}", e.message);
         drop(held);

@@ -623,6 +623,10 @@ impl Step {
 
 type List<T> = Arc<Vec<Tuple<T>>>;
 
+/// The tuples one site routed in a shuffle, with their destinations, sorted
+/// by destination (each taken by its destination when collected).
+type Routed<T> = Vec<(usize, Option<Tuple<T>>)>;
+
 /// Global facts about an aggregation's input, computed once.
 #[derive(Default)]
 struct Aux {
@@ -637,8 +641,8 @@ struct Slot<T: Elem> {
     own: Vec<Mutex<Option<List<T>>>>,
     every: Mutex<Option<List<T>>>,
     aux: Mutex<Option<Arc<Aux>>>,
-    /// Per source site: the tuples it routed, with their destinations, sorted by destination.
-    outbox: Vec<Mutex<Vec<(usize, Option<Tuple<T>>)>>>,
+    /// Per source site: the tuples it routed.
+    outbox: Vec<Mutex<Routed<T>>>,
     moved: AtomicU64,
     tuples: AtomicU64,
     busy_ns: Vec<AtomicU64>,
@@ -904,7 +908,7 @@ impl<'a, T: Elem> Ctx<'a, T> {
         let IaOp::Shuffle { dims, .. } = &self.plan.nodes[&step.name] else { unreachable!() };
         let x = step.args[0];
         let slot = &self.slots[step.slot];
-        let mut routed: Vec<(usize, Option<Tuple<T>>)> = Vec::new();
+        let mut routed: Routed<T> = Vec::new();
         let mut moved = 0u64;
         for t in self.own(x, s).iter() {
             project(&step.name, &t.0, dims)?;
