@@ -3,7 +3,7 @@
 # and latency percentiles at 32 connections, with wrk (Debian's package).
 # Two runs on the same machine: the server as it ships (answers cached by
 # program, so a repeated program costs a lookup), and with the cache off
-# (--answer-cache 0: every request saturates an e-graph).
+# (--answer-cache-bytes 0: every request saturates an e-graph).
 #   bash bench/http-load.sh [seconds]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,9 +19,9 @@ open(sys.argv[1], "w").write(
 PY
 pid=
 trap 'rm -f "$lua"; [ -n "$pid" ] && kill $pid 2>/dev/null || true' EXIT
-for cache in 256 0; do
+for cache in 67108864 0; do
   port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-  ./target/release/tra serve --addr "127.0.0.1:$port" --answer-cache $cache >/tmp/tra-load.log 2>&1 &
+  ./target/release/tra serve --addr "127.0.0.1:$port" --answer-cache-bytes $cache >/tmp/tra-load.log 2>&1 &
   pid=$!
   for _ in $(seq 1 100); do curl -sf "http://127.0.0.1:$port/healthz" >/dev/null && break; sleep 0.1; done
   echo

@@ -26,7 +26,6 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::OnceLock;
 use std::time::Instant;
-use tokio::sync::Semaphore;
 use tra_executor::npy;
 use tra_executor::reference::{AnyLayout, Relation};
 use tra_optimizer::einsum::{
@@ -186,7 +185,9 @@ fn server_options(config: &ServerConfig) -> Options<'static> {
     let mut o = Options::new(rules());
     o.limits.nodes = o.limits.nodes.min(config.max_egraph_nodes);
     o.limits.time = o.limits.time.min(config.optimize_time);
-    o.search_time = config.optimize_time;
+    // The contraction order may use a quarter of the optimize limit; the
+    // rest is the optimization's.
+    o.search_time = config.optimize_time / 4;
     o
 }
 
@@ -210,24 +211,30 @@ pub async fn einsum_handler(State(st): State<AppState>, JsonBody(body): JsonBody
     }
 }
 
-async fn handle(st: &AppState, body: &Value) -> Result<Value, Response> {
-    static SLOTS: OnceLock<Semaphore> = OnceLock::new();
-    let req = parse_request(body).map_err(|e| e.into_response())?;
+async fn handle(st: &AppState, body: &[u8]) -> Result<Value, Response> {
     let opts = server_options(st.config());
-    let slots = SLOTS.get_or_init(|| Semaphore::new(std::thread::available_parallelism().map_or(4, |n| n.get())));
-    let permit = slots.acquire().await.map_err(|_| ApiError::internal("the einsum queue is closed").into_response())?;
-    let r = req.clone();
-    let compiled = tokio::task::spawn_blocking(move || compile(&r, &opts))
+    let st2 = st.clone();
+    let body = body.to_vec();
+    // Parsing, compiling and optimizing: CPU work behind a slot, under the
+    // optimize deadline (the order search may use a quarter of it).
+    let answer = st
+        .cpu(&st.optimize_deadline(), move || {
+            let value = crate::server::parse_json(&body)?;
+            let req = parse_request(&value)?;
+            let compiled = match compile(&req, &opts) {
+                Ok(c) => c,
+                Err(e) => return Ok(Err(e)),
+            };
+            let optimized = st2.optimize_here(&compiled.program)?;
+            Ok(Ok(json!({
+                "program": compiled.program,
+                "optimize": optimized.json(),
+                "einsum": einsum_json(&req, &compiled),
+            })))
+        })
         .await
-        .map_err(|e| ApiError::internal(format!("the einsum compiler crashed: {e}")).into_response())?;
-    drop(permit);
-    let compiled = compiled.map_err(|e| einsum_error(&e))?;
-    let optimized = st.optimize(compiled.program.clone()).await.map_err(|e| e.into_response())?;
-    Ok(json!({
-        "program": compiled.program,
-        "optimize": optimized.json,
-        "einsum": einsum_json(&req, &compiled),
-    }))
+        .map_err(|e| e.into_response())?;
+    answer.map_err(|e| einsum_error(&e))
 }
 
 /// Adds `POST /v1/einsum` and its schemas to the OpenAPI document.
@@ -334,7 +341,7 @@ fn program_error(e: &ProgramError) -> String {
 fn to_nested(a: &ArrayD<f64>) -> Value {
     fn rec(a: ndarray::ArrayViewD<'_, f64>) -> Value {
         if a.ndim() == 0 {
-            return json!(a.iter().next().copied().unwrap_or(0.0));
+            return crate::server::json_float(a.iter().next().copied().unwrap_or(0.0));
         }
         Value::Array(a.axis_iter(Axis(0)).map(rec).collect())
     }
@@ -417,7 +424,7 @@ pub fn einsum_command(args: EinsumArgs) -> Result<String, String> {
         "name": compiled.output.name, "shape": compiled.output.shape,
         "relation": {"key_bounds": compiled.output.key_bounds, "array_bounds": compiled.output.array_bounds},
         "cropped": compiled.output.cropped,
-        "checksum": {"sum": sum, "abs_sum": abs},
+        "checksum": {"sum": crate::server::json_float(sum), "abs_sum": crate::server::json_float(abs)},
     });
     if let Some(path) = &out_path {
         let std = dense.as_standard_layout();

@@ -6,3 +6,4 @@ pub mod einsum;
 pub mod examples;
 pub mod run;
 pub mod server;
+pub mod sigpipe;

@@ -59,32 +59,8 @@ enum Command {
         #[arg(long, default_value_t = 10_000)]
         max_ms: u64,
     },
-    /// Serve the HTTP API and the web page (loopback unless told otherwise).
-    Serve {
-        /// Address to listen on.
-        #[arg(long, default_value = "127.0.0.1:8080")]
-        addr: std::net::SocketAddr,
-        /// Largest request body, in bytes.
-        #[arg(long, default_value_t = 4 << 20)]
-        max_body_bytes: usize,
-        /// Most e-graph nodes per optimization.
-        #[arg(long, default_value_t = 100_000)]
-        max_egraph_nodes: usize,
-        /// Most optimization time per request, in milliseconds.
-        #[arg(long, default_value_t = 10_000)]
-        optimize_ms: u64,
-        /// Most floats of data one `/v1/execute` may hold.
-        #[arg(long, default_value_t = 50_000_000)]
-        max_execute_floats: u64,
-        /// Most executions at once (more wait).
-        #[arg(long, default_value_t = 2)]
-        max_concurrent_executions: usize,
-        /// Optimize answers kept for programs asked again (0 turns the cache off).
-        #[arg(long, default_value_t = 256)]
-        answer_cache: usize,
-        #[command(flatten)]
-        cluster: tra_api::cluster::ServeClusterArgs,
-    },
+    // The help text is `ServeArgs`'s: the limits and how they apply.
+    Serve(tra_api::server::flags::ServeArgs),
     /// Measure optimize time and e-graph size per workload, and for chains of matmuls.
     Bench {
         /// Runs per workload (the median is reported).
@@ -129,6 +105,18 @@ enum Command {
 
 use tra_api::run::{read_text as read, report};
 
+/// Commands with no socket of their own, whose output may go to a pipe that
+/// closes early (`tra optimize big.json | head`): they end quietly on a
+/// broken pipe, as `cat` does.
+fn writes_only_to_stdout(c: &Command) -> bool {
+    match c {
+        Command::Check { .. } | Command::Compile { .. } | Command::Optimize { .. } | Command::Rules { .. } => true,
+        Command::Bench { .. } | Command::Einsum(_) => true,
+        Command::Run { cluster, .. } => !cluster.active(),
+        Command::Serve(_) | Command::Worker(_) | Command::Cluster(_) | Command::Secret(_) => false,
+    }
+}
+
 fn load(file: &str) -> Result<Program, String> {
     Program::from_json(&read(file)?).map_err(|e| report(&e))
 }
@@ -172,32 +160,17 @@ fn run(cli: Cli) -> Result<(), String> {
             }
             Ok(())
         }
-        Command::Serve {
-            addr,
-            max_body_bytes,
-            max_egraph_nodes,
-            optimize_ms,
-            max_execute_floats,
-            max_concurrent_executions,
-            answer_cache,
-            cluster,
-        } => {
-            let config = tra_api::server::ServerConfig {
-                cluster: cluster.target()?,
-                addr,
-                max_body_bytes,
-                max_egraph_nodes,
-                optimize_time: std::time::Duration::from_millis(optimize_ms),
-                max_execute_floats,
-                max_concurrent_executions,
-                answer_cache,
-                ..Default::default()
-            };
+        Command::Serve(args) => {
+            let config = args.config()?;
             let rt = tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
                 .build()
                 .map_err(|e| format!("cannot start the async runtime: {e}"))?;
-            rt.block_on(tra_api::server::serve(config)).map_err(|e| format!("error: cannot serve on {addr}: {e}"))
+            let served = rt.block_on(tra_api::server::serve(config));
+            // Work cancelled at the end of the shutdown grace stops within
+            // moments; do not wait longer for it.
+            rt.shutdown_timeout(std::time::Duration::from_secs(1));
+            served.map_err(|e| format!("error: cannot serve on {}: {e}", args.addr))
         }
         Command::Check { file, format } => {
             let p = load(&file)?;
@@ -342,7 +315,11 @@ fn rules_cmd(format: Format) -> Result<(), String> {
 }
 
 fn main() -> ExitCode {
-    match run(Cli::parse()) {
+    let cli = Cli::parse();
+    if writes_only_to_stdout(&cli.command) {
+        tra_api::sigpipe::restore_default();
+    }
+    match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("{e}");

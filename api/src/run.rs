@@ -186,6 +186,12 @@ pub fn run_command(args: RunArgs) -> Result<String, String> {
         }
         p.cluster = Some(Cluster { sites: s, ..p.cluster() });
     }
+    if let Some(t) = args.threads {
+        let max = tra_executor::threads::runtime::MAX_KERNEL_THREADS;
+        if t == 0 || t > max {
+            return Err(format!("--threads {t}: between 1 and {max} kernel threads (the default is one per core)"));
+        }
+    }
     let (inputs, outputs, dtype) = files_and_dtype(&p, &args)?;
 
     let (answer, optimize_ms) = optimize_timed(&p)?;
@@ -270,7 +276,7 @@ fn run_typed<T: Elem>(c: &Ctx<'_>) -> Result<serde_json::Value, String> {
             });
         let mut info = json!({
             "key_bounds": t.rel.frontier, "array_bounds": t.rel.array_bounds, "tuples": rel.len(),
-            "checksum": {"sum": sum, "abs_sum": abs},
+            "checksum": {"sum": crate::server::json_float(sum), "abs_sum": crate::server::json_float(abs)},
         });
         if let Some(path) = c.outputs.get(name) {
             let holes = npy::write_relation(path, &rel, &t.rel.frontier, &t.rel.array_bounds, layout)

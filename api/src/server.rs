@@ -5,41 +5,63 @@
 //! - `POST /v1/execute`: a program plus data → optimize, run the chosen plan on
 //!   the thread executor, report floats moved (measured and predicted),
 //!   timings per operator and the outputs (checksum, and the data when small).
-//!
-//! Optimize answers are cached by program (see [`cache`]), so asking again
-//! for the same plan costs a lookup, not a saturation.
 //! - `GET /v1/rules`, `/v1/kernels`, `/v1/examples`, `/openapi.json`,
-//!   `/healthz`, and `/` (the web page).
+//!   `/healthz` (with the figures of every limit), and `/` (the web page).
+//!
+//! Optimize answers are cached by program, in a budget of bytes (see
+//! [`cache`]), so asking again for the same plan costs a lookup.
 //!
 //! Every error is `{"error": {"code", "message", "at"}}` ([`ApiError`]).
-//! CPU work (optimization, execution) runs on blocking threads, never on the
-//! async runtime, behind semaphores, under the limits of [`ServerConfig`].
+//! Small requests must not be able to take the service down, so every cost
+//! is bounded before it is paid:
+//!
+//! - the connection: [`listener`] (connection cap, header and body read
+//!   timeouts, shutdown bounded in time) and [`hygiene`] (`Host`, content
+//!   type, declared size), and a cap on requests in flight with load shedding;
+//! - the CPU: parsing, type checking, optimization and execution run on
+//!   blocking threads behind [`admission::Slots`] (never on the async
+//!   runtime, so `/healthz` always answers), each request under one
+//!   [`Deadline`] checked cooperatively down to the key enumerations of the
+//!   type checker and the kernel calls of the executor;
+//! - the memory: executions are admitted by their estimated bytes into a
+//!   global budget ([`admission`]), the answer cache and the executor's
+//!   buffer pool have budgets of their own.
+//!
+//! Every limit that stops a request is named, with its value and its flag,
+//! in the error message.
 
+pub mod admission;
 pub mod cache;
 mod cluster_execute;
 mod error;
 mod execute;
+pub mod flags;
+pub mod hygiene;
+pub mod listener;
 pub mod openapi;
 
 pub use cache::{CacheStats, CachedAnswer};
 pub use error::ApiError;
 
 use axum::body::Bytes;
+use axum::error_handling::HandleErrorLayer;
 use axum::extract::{DefaultBodyLimit, FromRequest, Request, State};
 use axum::http::{header, Method, StatusCode, Uri};
 use axum::middleware::{self, Next};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{get, post};
-use axum::{Json, Router};
+use axum::{BoxError, Json, Router};
 use serde_json::{json, Value};
 use std::future::Future;
 use std::net::SocketAddr;
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
+use tra_executor::threads::ThreadRuntime;
 use tra_optimizer::check::check_plan;
 use tra_optimizer::cost::{self, Weights};
+use tra_optimizer::deadline::{self, Deadline};
 use tra_optimizer::optimize::{optimize, Limits, OptimizeAnswer};
 use tra_optimizer::rule::RuleDef;
 use tra_optimizer::{Plan, Program};
@@ -76,45 +98,92 @@ pub const ROUTES: &[(&str, &str, &str)] = &[
 ];
 
 /// How the service runs, and the limits that keep it safe. Every limit that
-/// stops a request is named, with its value, in the error message.
+/// stops a request is named, with its value, in the error message; each is
+/// a flag of `tra serve` (`README.md`, "The HTTP API").
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
     /// Address to listen on (default `127.0.0.1:8080`: local only).
     pub addr: SocketAddr,
+    /// More names to accept in `Host` (see [`hygiene`]); bound to loopback
+    /// only `localhost`, `127.0.0.1` and `[::1]` with the port are accepted.
+    pub allowed_hosts: Vec<String>,
     /// Largest request body, in bytes (default 4 MiB); larger ones get 413 `body_too_large`.
     pub max_body_bytes: usize,
     /// Most e-graph nodes during optimization (default 100,000).
     pub max_egraph_nodes: usize,
     /// Most saturation iterations per phase (default 100).
     pub max_iterations: usize,
-    /// Most wall time of saturation per request (default 10 s).
+    /// Most wall time of one optimization, all of it: type checking,
+    /// analysis, saturation (at most three quarters of it), extraction
+    /// (default 10 s).
     pub optimize_time: Duration,
-    /// Most optimizations running at once; others wait (default: the number of CPUs).
+    /// Most bytes of the key sets one request's analysis may hold (filters
+    /// and key maps leave relations whose keys are listed; default 256 MiB);
+    /// past it the request gets 503 `limit_exceeded`.
+    pub analysis_memory_bytes: u64,
+    /// Most optimizations (and other CPU work: parsing, type checking,
+    /// einsum compilation) running at once; others wait (default: the number of CPUs).
     pub max_concurrent_optimizations: usize,
     /// Most floats of input data an execution may use, and most floats any one
     /// relation of the program may hold (default 50 million); larger gets 413 `data_too_large`.
     pub max_execute_floats: u64,
+    /// Memory all executions in flight may use together, estimated from
+    /// tuples, blocks and sites before they start (default 1 GiB); one
+    /// execution larger than this gets 413 `data_too_large`, others wait.
+    pub execute_memory_bytes: u64,
+    /// Most sites an execution may simulate (default 1,024; optimizing
+    /// accepts up to 4,096).
+    pub max_execute_sites: usize,
+    /// Most wall time of one execution, after its optimization (default 60 s).
+    pub execute_time: Duration,
     /// Most executions running at once; others wait (default 2).
     pub max_concurrent_executions: usize,
-    /// Optimize answers kept for programs asked again (default 256; 0: none).
-    pub answer_cache: usize,
     /// Run `/v1/execute` on these cluster workers instead of threads (`--hosts`).
     pub cluster: Option<std::sync::Arc<crate::cluster::ClusterTarget>>,
+    /// Most requests waiting for a CPU slot or for execution memory; more
+    /// get 503 `overloaded` with `Retry-After` (default 64).
+    pub max_queued: usize,
+    /// Most `POST` requests in flight (being read, waiting or working);
+    /// more get 503 `overloaded` at once (default 128).
+    pub max_requests: usize,
+    /// Bytes of optimize answers kept for programs asked again (default 64 MiB; 0: none).
+    pub answer_cache_bytes: usize,
+    /// Most open connections (default 512); past it the oldest idle one is closed.
+    pub max_connections: usize,
+    /// Time a client has to send a request's headers (default 10 s).
+    pub header_timeout: Duration,
+    /// Time a client has to send a request's body (default 30 s; also the
+    /// most time between two of its packets).
+    pub body_timeout: Duration,
+    /// Time requests in flight get to finish on shutdown before their work
+    /// is cancelled (default 5 s).
+    pub shutdown_grace: Duration,
 }
 
 impl Default for ServerConfig {
     fn default() -> Self {
         ServerConfig {
             addr: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            allowed_hosts: Vec::new(),
             max_body_bytes: 4 * 1024 * 1024,
             max_egraph_nodes: 100_000,
             max_iterations: 100,
             optimize_time: Duration::from_secs(10),
+            analysis_memory_bytes: 256 << 20,
             max_concurrent_optimizations: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(4),
             max_execute_floats: 50_000_000,
+            execute_memory_bytes: 1 << 30,
+            max_execute_sites: 1024,
+            execute_time: Duration::from_secs(60),
             max_concurrent_executions: 2,
-            answer_cache: 256,
             cluster: None,
+            max_queued: 64,
+            max_requests: 128,
+            answer_cache_bytes: 64 << 20,
+            max_connections: 512,
+            header_timeout: Duration::from_secs(10),
+            body_timeout: Duration::from_secs(30),
+            shutdown_grace: Duration::from_secs(5),
         }
     }
 }
@@ -133,6 +202,11 @@ impl ServerConfig {
             self.optimize_time.as_secs_f64()
         )
     }
+
+    /// The deadline words of the optimize limit.
+    fn optimize_limit_words(&self) -> String {
+        format!("this server's optimize limit of {} s (--optimize-ms)", self.optimize_time.as_secs_f64())
+    }
 }
 
 /// What every handler shares.
@@ -148,10 +222,20 @@ struct Inner {
     kernels_json: Value,
     examples_json: Value,
     openapi_json: Value,
-    optimize_slots: Arc<Semaphore>,
-    execute_slots: Arc<Semaphore>,
+    /// CPU work: parsing, type checking, optimization, einsum compilation.
+    cpu_slots: admission::Slots,
+    execute_slots: admission::Slots,
+    memory: Arc<admission::MemoryBudget>,
     answers: cache::AnswerCache,
+    /// The executor of `/v1/execute`, with a bounded buffer pool.
+    runtime: Arc<ThreadRuntime<f64>>,
+    /// Set when the shutdown grace has passed: every deadline passes at once.
+    cancel: Arc<AtomicBool>,
+    connections: Arc<listener::Connections>,
 }
+
+/// Bytes of freed blocks the executor of `/v1/execute` keeps for reuse.
+pub const EXECUTOR_POOL_BYTES: u64 = 64 << 20;
 
 // The rule set is built once and shared by every blocking optimization.
 const _: fn() = || {
@@ -160,7 +244,7 @@ const _: fn() = || {
 };
 
 impl AppState {
-    /// Build the state: the rule set (once), the static answers, the semaphores.
+    /// Build the state: the rule set (once), the static answers, the slots and budgets.
     pub fn new(config: ServerConfig) -> AppState {
         let rules = tra_rules::all();
         let rules_json = Value::Array(
@@ -181,9 +265,16 @@ impl AppState {
             kernels_json,
             examples_json: crate::examples::as_json(),
             openapi_json: openapi::document(&config),
-            optimize_slots: Arc::new(Semaphore::new(config.max_concurrent_optimizations.max(1))),
-            execute_slots: Arc::new(Semaphore::new(config.max_concurrent_executions.max(1))),
-            answers: cache::AnswerCache::new(config.answer_cache),
+            cpu_slots: admission::Slots::new("optimization", config.max_concurrent_optimizations, config.max_queued),
+            execute_slots: admission::Slots::new("execution", config.max_concurrent_executions, config.max_queued),
+            memory: Arc::new(admission::MemoryBudget::new(config.execute_memory_bytes, config.max_queued)),
+            answers: cache::AnswerCache::new(config.answer_cache_bytes),
+            runtime: Arc::new(ThreadRuntime::with_threads_and_pool(
+                std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+                EXECUTOR_POOL_BYTES,
+            )),
+            cancel: Arc::new(AtomicBool::new(false)),
+            connections: Arc::default(),
             config,
         };
         AppState { inner: Arc::new(inner) }
@@ -194,55 +285,114 @@ impl AppState {
         &self.inner.config
     }
 
-    /// Optimize a program on a blocking thread, under the configured limits
-    /// and the optimization semaphore; a program asked before is answered
-    /// from the cache. Gives the answer, its JSON (the answer plus a
-    /// per-operator `report` of the chosen plan and of each alternative) and
-    /// that JSON encoded.
-    pub async fn optimize(&self, program: Program) -> Result<Arc<CachedAnswer>, ApiError> {
-        let key =
-            serde_json::to_string(&program).map_err(|e| ApiError::internal(format!("cannot key the program: {e}")))?;
-        if let Some(hit) = self.inner.answers.get(&key) {
-            return Ok(hit);
-        }
-        let permit = self
-            .inner
-            .optimize_slots
-            .clone()
-            .acquire_owned()
-            .await
-            .map_err(|_| ApiError::internal("the optimization queue is closed"))?;
-        let rules = self.inner.rules.clone();
-        let limits = self.inner.config.limits();
-        let answer = tokio::task::spawn_blocking(move || {
+    /// A deadline `budget` from now (`what` names the limit in messages),
+    /// cancelled when the server's shutdown grace ends.
+    pub fn deadline(&self, budget: Duration, what: String) -> Deadline {
+        let key_budget = self.config().analysis_memory_bytes;
+        Deadline::after(budget, what).with_cancel(self.inner.cancel.clone()).with_key_budget(
+            key_budget,
+            format!(
+                "this server's analysis memory limit of {} (--analysis-memory-bytes)",
+                admission::human(key_budget)
+            ),
+        )
+    }
+
+    /// The deadline of one optimization started now.
+    pub fn optimize_deadline(&self) -> Deadline {
+        self.deadline(self.config().optimize_time, self.config().optimize_limit_words())
+    }
+
+    /// Run CPU work on a blocking thread behind a CPU slot, with `deadline`
+    /// installed for it (see [`tra_optimizer::deadline`]); waiting for the
+    /// slot counts against the deadline.
+    pub async fn cpu<R: Send + 'static>(
+        &self,
+        deadline: &Deadline,
+        work: impl FnOnce() -> Result<R, ApiError> + Send + 'static,
+    ) -> Result<R, ApiError> {
+        let permit = self.inner.cpu_slots.acquire(deadline).await?;
+        let d = deadline.clone();
+        tokio::task::spawn_blocking(move || {
             let _permit = permit;
-            optimize(&program, &rules, &limits).map(|answer| {
-                let json = answer_json(&program, &answer);
-                let body = Bytes::from(serde_json::to_vec(&json).expect("JSON encodes"));
-                Arc::new(CachedAnswer { answer, json, body })
-            })
+            deadline::within(d, work)
         })
         .await
-        .map_err(|e| ApiError::internal(format!("the optimizer crashed: {e}")))?;
-        let answer = answer.map_err(|e| {
-            let mut err = ApiError::from(e);
+        .map_err(|e| ApiError::internal(format!("the optimizer crashed: {e}")))?
+    }
+
+    /// Optimize a program on this thread (a blocking one, under a deadline:
+    /// call it inside [`AppState::cpu`]); a program asked before is answered
+    /// from the cache.
+    pub fn optimize_here(&self, program: &Program) -> Result<Arc<CachedAnswer>, ApiError> {
+        let key = cache_key(program)?;
+        match self.inner.answers.get(&key) {
+            Some(hit) => Ok(hit),
+            None => self.optimize_uncached(key, program),
+        }
+    }
+
+    /// Optimize a program the cache does not hold (blocking, as [`AppState::optimize_here`]).
+    fn optimize_uncached(&self, key: String, program: &Program) -> Result<Arc<CachedAnswer>, ApiError> {
+        let limited = |mut err: ApiError| {
             if err.status == StatusCode::SERVICE_UNAVAILABLE {
                 err.message = format!("{} ({})", err.message, self.inner.config.limits_text());
             }
             err
+        };
+        let answer = optimize(program, &self.inner.rules, &self.inner.config.limits()).map_err(|e| {
+            // A request stopped by a limit may have held much memory (key sets, a large e-graph).
+            admission::give_back_freed_memory();
+            limited(e.into())
         })?;
+        let json = answer_json(program, &answer);
+        if deadline::expired() {
+            // The reports type-check every alternative: past the deadline they may be cut short.
+            return Err(limited(ApiError::limit(format!("{} while writing the answer", deadline::reason()))));
+        }
+        let body = Bytes::from(serde_json::to_vec(&json).expect("JSON encodes"));
+        let cached = Arc::new(CachedAnswer { body });
         // Only complete answers are kept: one cut short by the time limit
         // could come out better on a quieter machine.
-        if answer.answer.stats.stop_reason != "time_limit" {
-            self.inner.answers.put(key, answer.clone());
+        if answer.stats.stop_reason != "time_limit" {
+            self.inner.answers.put(key, cached.clone());
         }
-        Ok(answer)
+        Ok(cached)
     }
 
-    /// Hits and misses of the answer cache.
+    /// Optimize a program on a blocking thread, under the configured limits,
+    /// a CPU slot and the optimize deadline; a program asked before is
+    /// answered from the cache.
+    pub async fn optimize(&self, program: Program) -> Result<Arc<CachedAnswer>, ApiError> {
+        let st = self.clone();
+        self.cpu(&self.optimize_deadline(), move || st.optimize_here(&program)).await
+    }
+
+    /// Hits, misses and bytes of the answer cache.
     pub fn cache_stats(&self) -> CacheStats {
         self.inner.answers.stats()
     }
+
+    /// The figures of every limit, for `/healthz`.
+    pub fn health(&self) -> Value {
+        let c = self.config();
+        let (cpu_busy, cpu_waiting) = self.inner.cpu_slots.stats();
+        let (exec_busy, exec_waiting) = self.inner.execute_slots.stats();
+        json!({
+            "status": "ok",
+            "answer_cache": self.cache_stats(),
+            "execution_memory": self.inner.memory.stats(),
+            "executor_pool": {"held_bytes": self.inner.runtime.pool().stats().held_bytes, "budget_bytes": EXECUTOR_POOL_BYTES},
+            "optimizations": {"running": cpu_busy, "waiting": cpu_waiting, "max": c.max_concurrent_optimizations},
+            "executions": {"running": exec_busy, "waiting": exec_waiting, "max": c.max_concurrent_executions},
+            "connections": self.inner.connections.stats(c.max_connections),
+        })
+    }
+}
+
+/// The cache key of a program: its parsed form, serialized again.
+fn cache_key(program: &Program) -> Result<String, ApiError> {
+    serde_json::to_string(program).map_err(|e| ApiError::internal(format!("cannot key the program: {e}")))
 }
 
 /// The per-operator figures of a plan (`tra_optimizer::cost::plan_report`),
@@ -282,8 +432,27 @@ pub fn answer_json(program: &Program, answer: &OptimizeAnswer) -> Value {
 
 /// The whole service as an axum router (useful for tests and embedding).
 pub fn router(config: ServerConfig) -> Router {
-    let body_limit = config.max_body_bytes;
-    let state = AppState::new(config);
+    router_with_state(AppState::new(config))
+}
+
+/// The router over a given state.
+pub fn router_with_state(state: AppState) -> Router {
+    let config = state.config().clone();
+    let hygiene =
+        hygiene::Hygiene::new(hygiene::HostPolicy::new(config.addr, &config.allowed_hosts), config.max_body_bytes);
+    // The routes that take work: a cap on how many are in flight, shedding
+    // the rest at once (GET routes and /healthz are never shed).
+    let max_requests = config.max_requests.max(1);
+    let work = Router::new()
+        .route("/v1/optimize", post(optimize_handler))
+        .route("/v1/execute", post(execute::execute_handler))
+        .route("/v1/einsum", post(crate::einsum::einsum_handler))
+        .route_layer(
+            tower::ServiceBuilder::new()
+                .layer(HandleErrorLayer::new(move |e: BoxError| async move { shed(e, max_requests) }))
+                .layer(tower::load_shed::LoadShedLayer::new())
+                .layer(tower::limit::ConcurrencyLimitLayer::new(max_requests)),
+        );
     Router::new()
         .route("/", get(index))
         .route("/web/{*path}", get(web_asset))
@@ -292,14 +461,25 @@ pub fn router(config: ServerConfig) -> Router {
         .route("/v1/rules", get(rules_handler))
         .route("/v1/kernels", get(kernels_handler))
         .route("/v1/examples", get(examples_handler))
-        .route("/v1/optimize", post(optimize_handler))
-        .route("/v1/execute", post(execute::execute_handler))
-        .route("/v1/einsum", post(crate::einsum::einsum_handler))
+        .merge(work)
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
-        .layer(DefaultBodyLimit::max(body_limit))
+        .layer(DefaultBodyLimit::max(config.max_body_bytes))
+        .layer(tower_http::validate_request::ValidateRequestHeaderLayer::custom(hygiene))
         .layer(middleware::from_fn(log_request))
         .with_state(state)
+}
+
+/// The answer to a request shed by the cap on requests in flight.
+fn shed(e: BoxError, max: usize) -> ApiError {
+    if e.is::<tower::load_shed::error::Overloaded>() {
+        admission::overloaded(
+            format!("this server already has {max} requests in flight (--max-requests); try again later"),
+            Duration::from_secs(1),
+        )
+    } else {
+        ApiError::internal(format!("unexpected error in the request pipeline: {e}"))
+    }
 }
 
 /// Bind `config.addr` and serve until Ctrl-C (or SIGTERM). Sets up logging
@@ -312,32 +492,45 @@ pub async fn serve(config: ServerConfig) -> std::io::Result<()> {
 
 /// Serve on a listener that is already bound (e.g. port 0 in tests; read the
 /// address with `listener.local_addr()` first) until Ctrl-C (or SIGTERM).
-/// `config.addr` is ignored.
+/// The `Host` check uses the listener's address, not `config.addr`.
 pub async fn serve_on(listener: TcpListener, config: ServerConfig) -> std::io::Result<()> {
     serve_with_shutdown(listener, config, shutdown_signal()).await
 }
 
-/// Serve on a bound listener until `shutdown` completes, then finish the
-/// requests in flight.
+/// Serve on a bound listener until `shutdown` completes, then give the
+/// requests in flight `config.shutdown_grace` to finish, cancel the work
+/// still running, and return (see [`listener`]).
 pub async fn serve_with_shutdown(
     listener: TcpListener,
-    config: ServerConfig,
+    mut config: ServerConfig,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let addr = listener.local_addr()?;
+    config.addr = addr;
     tracing::info!(
         target: "tra::http",
-        "listening on http://{addr} (body ≤ {} bytes, e-graph ≤ {} nodes, optimize ≤ {} s, execute ≤ {} floats, {} executions at once)",
+        "listening on http://{addr} (body ≤ {} bytes, e-graph ≤ {} nodes, optimize ≤ {} s, execute ≤ {} s and {} of memory, \
+         {} executions at once, {} connections)",
         config.max_body_bytes,
         config.max_egraph_nodes,
         config.optimize_time.as_secs_f64(),
-        config.max_execute_floats,
-        config.max_concurrent_executions
+        config.execute_time.as_secs_f64(),
+        admission::human(config.execute_memory_bytes),
+        config.max_concurrent_executions,
+        config.max_connections,
     );
     if let Some(c) = &config.cluster {
         tracing::info!(target: "tra::http", "POST /v1/execute runs on the cluster {}", c.describe());
     }
-    axum::serve(listener, router(config)).with_graceful_shutdown(shutdown).await
+    let limits = listener::ConnLimits {
+        max_connections: config.max_connections.max(1),
+        header_timeout: config.header_timeout,
+        body_timeout: config.body_timeout,
+        grace: config.shutdown_grace,
+    };
+    let state = AppState::new(config);
+    let (conns, cancel) = (state.inner.connections.clone(), state.inner.cancel.clone());
+    listener::serve(listener, router_with_state(state), limits, conns, cancel, shutdown).await
 }
 
 /// Log to standard error, one line per request, filtered by `RUST_LOG`
@@ -394,16 +587,29 @@ async fn log_request(req: Request, next: Next) -> Response {
     res
 }
 
-/// A request body read as JSON: 413 `body_too_large` past the limit, 400
-/// `bad_json` when it is not JSON. The content type is not checked.
-pub struct JsonBody(pub Value);
+/// A request body, read whole within the body timeout: 413
+/// `body_too_large` past the limit, 408 `body_timeout` when it is not sent
+/// in time, 400 `bad_json` when it is empty. The bytes are parsed later, on
+/// a blocking thread ([`parse_json`]). The content type was checked by
+/// [`hygiene`].
+pub struct JsonBody(pub Bytes);
 
 impl FromRequest<AppState> for JsonBody {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &AppState) -> Result<Self, Self::Rejection> {
         let limit = state.config().max_body_bytes;
-        let bytes = Bytes::from_request(req, state).await.map_err(|e| {
+        let timeout = state.config().body_timeout;
+        let timed_out = || {
+            ApiError::new(
+                StatusCode::REQUEST_TIMEOUT,
+                "body_timeout",
+                "",
+                format!("the request body was not received within {} s (--body-timeout-ms)", timeout.as_secs_f64()),
+            )
+        };
+        let read = tokio::time::timeout(timeout, Bytes::from_request(req, state)).await.map_err(|_| timed_out())?;
+        let bytes = read.map_err(|e| {
             if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
                 ApiError::new(
                     StatusCode::PAYLOAD_TOO_LARGE,
@@ -414,6 +620,8 @@ impl FromRequest<AppState> for JsonBody {
                         human_bytes(limit)
                     ),
                 )
+            } else if e.body_text().contains("timeout") {
+                timed_out()
             } else {
                 ApiError::bad_json(format!("cannot read the request body: {}", e.body_text()))
             }
@@ -421,11 +629,34 @@ impl FromRequest<AppState> for JsonBody {
         if bytes.iter().all(|b| b.is_ascii_whitespace()) {
             return Err(ApiError::bad_json("the request body is empty: send a TRA program as JSON"));
         }
-        serde_json::from_slice(&bytes)
-            .map(JsonBody)
-            .map_err(|e| ApiError::bad_json(format!("the request body is not valid JSON: {e}")))
+        Ok(JsonBody(bytes))
     }
 }
+
+/// A request body parsed as JSON (400 `bad_json` when it is not).
+pub fn parse_json(bytes: &[u8]) -> Result<Value, ApiError> {
+    serde_json::from_slice(bytes).map_err(|e| ApiError::bad_json(format!("the request body is not valid JSON: {e}")))
+}
+
+/// A float as JSON: a number, or for the values JSON has no number for the
+/// strings `"NaN"`, `"Infinity"` and `"-Infinity"` (never `null`, which would
+/// read as a missing value). Input data accepts the same strings.
+pub fn json_float(x: f64) -> Value {
+    if x.is_nan() {
+        json!("NaN")
+    } else if x == f64::INFINITY {
+        json!("Infinity")
+    } else if x == f64::NEG_INFINITY {
+        json!("-Infinity")
+    } else {
+        json!(x)
+    }
+}
+
+/// Bodies up to this size are parsed on the async runtime (well under a
+/// millisecond), so that a program asked again is answered from the cache
+/// without waiting for a CPU slot; larger ones are parsed behind a slot.
+const INLINE_PARSE_BYTES: usize = 64 << 10;
 
 fn human_bytes(n: usize) -> String {
     if n >= 1 << 20 && n & ((1 << 20) - 1) == 0 {
@@ -451,8 +682,8 @@ async fn web_asset(axum::extract::Path(path): axum::extract::Path<String>, metho
     }
 }
 
-async fn healthz() -> Json<Value> {
-    Json(json!({"status": "ok"}))
+async fn healthz(State(st): State<AppState>) -> Json<Value> {
+    Json(st.health())
 }
 
 async fn openapi_handler(State(st): State<AppState>) -> Json<Value> {
@@ -472,8 +703,24 @@ async fn examples_handler(State(st): State<AppState>) -> Json<Value> {
 }
 
 async fn optimize_handler(State(st): State<AppState>, JsonBody(body): JsonBody) -> Result<Response, ApiError> {
-    let program = Program::from_value(&body)?;
-    let answer = st.optimize(program).await?;
+    let answer = if body.len() <= INLINE_PARSE_BYTES {
+        let program = Program::from_value(&parse_json(&body)?)?;
+        let key = cache_key(&program)?;
+        match st.inner.answers.get(&key) {
+            Some(hit) => hit,
+            None => {
+                let st2 = st.clone();
+                st.cpu(&st.optimize_deadline(), move || st2.optimize_uncached(key, &program)).await?
+            }
+        }
+    } else {
+        let st2 = st.clone();
+        st.cpu(&st.optimize_deadline(), move || {
+            let program = Program::from_value(&parse_json(&body)?)?;
+            st2.optimize_here(&program)
+        })
+        .await?
+    };
     Ok(([(header::CONTENT_TYPE, "application/json")], answer.body.clone()).into_response())
 }
 

@@ -49,7 +49,14 @@ async fn healthz_and_index() {
     let addr = start(ServerConfig::default()).await;
     let r = get(addr, "/healthz").await;
     assert_eq!(r.status, 200);
-    assert_eq!(r.json(), json!({"status": "ok"}));
+    let h = r.json();
+    assert_eq!(h["status"], "ok");
+    // The budgets and their use, for operators.
+    assert_eq!(h["answer_cache"]["budget_bytes"], 64 << 20, "{h}");
+    assert_eq!(h["execution_memory"]["budget_bytes"], 1u64 << 30, "{h}");
+    for f in ["optimizations", "executions", "connections", "executor_pool"] {
+        assert!(h[f].is_object(), "{f}: {h}");
+    }
 
     let r = get(addr, "/").await;
     assert_eq!(r.status, 200);
@@ -533,7 +540,7 @@ async fn a_program_asked_again_is_answered_from_the_cache() {
     // The stored answer, byte for byte (a second saturation would report its own time).
     assert_eq!(a.body, b.body);
 
-    let uncached = start(ServerConfig { answer_cache: 0, ..ServerConfig::default() }).await;
+    let uncached = start(ServerConfig { answer_cache_bytes: 0, ..ServerConfig::default() }).await;
     let a = post(uncached, "/v1/optimize", &program).await.json();
     let b = post(uncached, "/v1/optimize", &program).await.json();
     assert_eq!(a["plan"], b["plan"], "optimization is deterministic");

@@ -11,6 +11,15 @@
 //! into pooled buffers, a dense file one slab of block rows at a time, so
 //! loading an input needs its blocks plus one slab, not two copies. Writing
 //! streams the same way.
+//!
+//! A header is a claim, not a fact: before anything is allocated for the
+//! data, the shape it states is checked against the file's real size (a
+//! 193-byte file claiming 30000 × 30000 floats is refused, not answered
+//! with a 7 GB allocation), and only regular files are opened (a FIFO would
+//! block forever, a device never ends). Outputs are written to a temporary
+//! file beside the target and renamed over it once complete, so a failed
+//! write (a full disk) leaves the previous result whole and no truncated
+//! `.npy` behind.
 
 use crate::threads::{Block, Dtype, Elem, Pool, TRelation};
 use std::fmt;
@@ -94,9 +103,18 @@ pub struct NpyHeader {
 }
 
 impl NpyHeader {
-    /// Number of elements.
+    /// Number of elements (saturating: a checked header never saturates).
     pub fn len(&self) -> usize {
-        self.shape.iter().product()
+        self.shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d)).unwrap_or(usize::MAX)
+    }
+
+    /// Bytes of data the header announces, if that fits 64 bits.
+    pub fn data_bytes(&self) -> Option<u64> {
+        let size = match self.dtype.float {
+            Some(d) => d.size() as u64,
+            None => 1,
+        };
+        self.shape.iter().try_fold(size, |a, &d| a.checked_mul(d as u64))
     }
 
     /// True when the array has no elements.
@@ -109,6 +127,11 @@ const MAGIC: &[u8] = b"\x93NUMPY";
 
 /// Read the header; the reader is left at the first data byte.
 pub fn read_header(r: &mut impl Read, path: &Path) -> Result<NpyHeader, NpyError> {
+    read_header_counted(r, path).map(|(h, _)| h)
+}
+
+/// [`read_header`], and the header's length in bytes (where the data starts).
+fn read_header_counted(r: &mut impl Read, path: &Path) -> Result<(NpyHeader, u64), NpyError> {
     let mut pre = [0u8; 8];
     r.read_exact(&mut pre).map_err(|_| err(path, "not a .npy file (too short for the magic string)"))?;
     if &pre[..6] != MAGIC {
@@ -134,7 +157,9 @@ pub fn read_header(r: &mut impl Read, path: &Path) -> Result<NpyHeader, NpyError
     let mut h = vec![0u8; len];
     r.read_exact(&mut h).map_err(|e| err(path, format!("truncated header: {e}")))?;
     let text = String::from_utf8_lossy(&h);
-    parse_header_dict(&text).map_err(|m| err(path, format!("bad .npy header {:?}: {m}", text.trim())))
+    let header = parse_header_dict(&text).map_err(|m| err(path, format!("bad .npy header {:?}: {m}", text.trim())))?;
+    let prefix = if major == 1 { 10 } else { 12 };
+    Ok((header, (prefix + len) as u64))
 }
 
 fn parse_header_dict(text: &str) -> Result<NpyHeader, String> {
@@ -259,14 +284,85 @@ fn write_elems<T: Elem>(w: &mut impl Write, data: &[T], path: &Path) -> Result<(
     w.write_all(&buf).map_err(|e| err(path, format!("cannot write: {e}")))
 }
 
-fn open(path: &Path) -> Result<BufReader<File>, NpyError> {
-    let f = File::open(path).map_err(|e| err(path, format!("cannot open: {e}")))?;
-    Ok(BufReader::with_capacity(1 << 20, f))
+/// Refuse what is not a regular file before opening it (opening a FIFO
+/// blocks until someone writes to it).
+fn regular_file(path: &Path, what: &str) -> Result<Option<std::fs::Metadata>, NpyError> {
+    match std::fs::metadata(path) {
+        Ok(m) if m.is_file() => Ok(Some(m)),
+        Ok(m) => {
+            let kind = if m.is_dir() { "a directory" } else { "not a regular file (a FIFO, a socket or a device)" };
+            Err(err(path, format!("is {kind}; tra {what} regular .npy files only")))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(err(path, format!("cannot open: {e}"))),
+    }
 }
 
-/// The header of a `.npy` file.
+/// Open a `.npy` file and read its header, after checking that the file is
+/// a regular file holding at least the data the header announces.
+fn open(path: &Path) -> Result<(BufReader<File>, NpyHeader), NpyError> {
+    let meta = regular_file(path, "reads")?;
+    let f = File::open(path).map_err(|e| err(path, format!("cannot open: {e}")))?;
+    let size = match meta {
+        Some(m) => m.len(),
+        None => f.metadata().map_err(|e| err(path, format!("cannot open: {e}")))?.len(),
+    };
+    let mut r = BufReader::with_capacity(1 << 20, f);
+    let (h, header_len) = read_header_counted(&mut r, path)?;
+    let need = h
+        .data_bytes()
+        .ok_or_else(|| err(path, format!("the header's shape {:?} has more than 2^64 bytes of data", h.shape)))?;
+    let have = size.saturating_sub(header_len);
+    if have < need {
+        return Err(err(
+            path,
+            format!(
+                "the data is shorter than the header says: shape {:?} of {} needs {need} bytes, the file holds only \
+                 {have} bytes after its header (truncated, or not what it claims)",
+                h.shape,
+                h.dtype.numpy_name()
+            ),
+        ));
+    }
+    Ok((r, h))
+}
+
+/// The header of a `.npy` file (checked against the file's size).
 pub fn read_file_header(path: &Path) -> Result<NpyHeader, NpyError> {
-    read_header(&mut open(path)?, path)
+    open(path).map(|(_, h)| h)
+}
+
+/// Write a file through a temporary file beside it, renamed over `path`
+/// once `write` has written and flushed everything; on any error the
+/// temporary file is removed and `path` is untouched.
+fn write_atomically(
+    path: &Path,
+    write: impl FnOnce(&mut BufWriter<File>) -> Result<(), NpyError>,
+) -> Result<(), NpyError> {
+    // An existing FIFO or device is refused: renaming over it would replace it.
+    regular_file(path, "writes")?;
+    static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let name = path.file_name().ok_or_else(|| err(path, "is not a file name"))?.to_string_lossy();
+    let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let tmp = path.with_file_name(format!(".{name}.tmp-{}-{n}", std::process::id()));
+    struct Remove<'a>(Option<&'a Path>);
+    impl Drop for Remove<'_> {
+        fn drop(&mut self) {
+            if let Some(p) = self.0 {
+                let _ = std::fs::remove_file(p);
+            }
+        }
+    }
+    let f = File::create(&tmp).map_err(|e| err(path, format!("cannot create (a temporary file beside it): {e}")))?;
+    let mut guard = Remove(Some(&tmp));
+    let mut w = BufWriter::with_capacity(1 << 20, f);
+    write(&mut w)?;
+    let f = w.into_inner().map_err(|e| err(path, format!("cannot write: {}", e.error())))?;
+    f.sync_all().map_err(|e| err(path, format!("cannot write: {e}")))?;
+    drop(f);
+    std::fs::rename(&tmp, path).map_err(|e| err(path, format!("cannot replace it: {e}")))?;
+    guard.0 = None;
+    Ok(())
 }
 
 fn float_dtype(h: &NpyHeader, path: &Path) -> Result<Dtype, NpyError> {
@@ -281,8 +377,7 @@ fn float_dtype(h: &NpyHeader, path: &Path) -> Result<Dtype, NpyError> {
 /// A whole `.npy` file as a row-major array of `T` (converting from the
 /// file's float type if it differs).
 pub fn read_array<T: Elem>(path: &Path) -> Result<ndarray::ArrayD<T>, NpyError> {
-    let mut r = open(path)?;
-    let h = read_header(&mut r, path)?;
+    let (mut r, h) = open(path)?;
     float_dtype(&h, path)?;
     let mut data = vec![T::ZERO; h.len()];
     read_elems(&mut r, &h.dtype, &mut data, &mut Vec::new(), path)?;
@@ -296,14 +391,13 @@ pub fn read_array<T: Elem>(path: &Path) -> Result<ndarray::ArrayD<T>, NpyError> 
     Ok(if a.is_standard_layout() { a } else { a.as_standard_layout().into_owned() })
 }
 
-/// Write a row-major array.
+/// Write a row-major array (through a temporary file, renamed into place).
 pub fn write_array<T: Elem>(path: &Path, shape: &[usize], data: &[T]) -> Result<(), NpyError> {
     assert_eq!(shape.iter().product::<usize>(), data.len(), "data does not fit the shape");
-    let f = File::create(path).map_err(|e| err(path, format!("cannot create: {e}")))?;
-    let mut w = BufWriter::with_capacity(1 << 20, f);
-    w.write_all(&header_bytes(T::DTYPE, shape)).map_err(|e| err(path, format!("cannot write: {e}")))?;
-    write_elems(&mut w, data, path)?;
-    w.flush().map_err(|e| err(path, format!("cannot write: {e}")))
+    write_atomically(path, |w| {
+        w.write_all(&header_bytes(T::DTYPE, shape)).map_err(|e| err(path, format!("cannot write: {e}")))?;
+        write_elems(w, data, path)
+    })
 }
 
 /// How a relation is laid out in a `.npy` file.
@@ -342,8 +436,7 @@ pub fn read_relation<T: Elem>(
     array_bounds: &[usize],
     pool: &Pool<T>,
 ) -> Result<(TRelation<T>, Layout, Dtype), NpyError> {
-    let mut r = open(path)?;
-    let h = read_header(&mut r, path)?;
+    let (mut r, h) = open(path)?;
     let file_dtype = float_dtype(&h, path)?;
     let rel_shape = layout_shape(Layout::Relation, key_bounds, array_bounds).expect("always");
     let dense_shape = layout_shape(Layout::Dense, key_bounds, array_bounds);
@@ -456,9 +549,24 @@ pub fn write_relation<T: Elem>(
             ));
         }
     }
-    let f = File::create(path).map_err(|e| err(path, format!("cannot create: {e}")))?;
-    let mut w = BufWriter::with_capacity(1 << 20, f);
-    w.write_all(&header_bytes(T::DTYPE, &shape)).map_err(|e| err(path, format!("cannot write: {e}")))?;
+    let mut holes = 0u64;
+    write_atomically(path, |w| {
+        holes = write_relation_to(w, path, rel, key_bounds, array_bounds, layout, &shape)?;
+        Ok(())
+    })?;
+    Ok(holes)
+}
+
+fn write_relation_to<T: Elem>(
+    w: &mut BufWriter<File>,
+    path: &Path,
+    rel: &TRelation<T>,
+    key_bounds: &[u32],
+    array_bounds: &[usize],
+    layout: Layout,
+    shape: &[usize],
+) -> Result<u64, NpyError> {
+    w.write_all(&header_bytes(T::DTYPE, shape)).map_err(|e| err(path, format!("cannot write: {e}")))?;
     let keys = keys_below(key_bounds);
     let block_len: usize = array_bounds.iter().product();
     let zeros = vec![T::ZERO; if rel.len() < keys.len() { block_len } else { 0 }];
@@ -467,19 +575,19 @@ pub fn write_relation<T: Elem>(
         Layout::Relation => {
             for k in &keys {
                 match rel.get(k) {
-                    Some(b) => write_elems(&mut w, b.as_slice(), path)?,
+                    Some(b) => write_elems(w, b.as_slice(), path)?,
                     None => {
                         holes += 1;
-                        write_elems(&mut w, &zeros, path)?
+                        write_elems(w, &zeros, path)?
                     }
                 }
             }
         }
         Layout::Dense if key_bounds.is_empty() => match rel.get(&[]) {
-            Some(b) => write_elems(&mut w, b.as_slice(), path)?,
+            Some(b) => write_elems(w, b.as_slice(), path)?,
             None => {
                 holes += 1;
-                write_elems(&mut w, &zeros, path)?
+                write_elems(w, &zeros, path)?
             }
         },
         Layout::Dense => {
@@ -503,7 +611,7 @@ pub fn write_relation<T: Elem>(
                         }
                     }
                 }
-                write_elems(&mut w, &slab, path)?;
+                write_elems(w, &slab, path)?;
             }
         }
     }
@@ -515,4 +623,78 @@ pub fn write_relation<T: Elem>(
 pub fn read_block<T: Elem>(path: &Path, pool: &Pool<T>) -> Result<Block<T>, NpyError> {
     let a = read_array::<T>(path)?;
     Ok(pool.from_array(&a.view(), |x| x))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dir(tag: &str) -> std::path::PathBuf {
+        let d = std::env::temp_dir().join(format!("tra-npy-{tag}-{}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    #[test]
+    fn a_header_is_checked_against_the_file_size_before_allocating() {
+        let d = dir("claims");
+        let p = d.join("liar.npy");
+        // A 128-byte header claiming 30000 × 30000 float64s, and no data.
+        std::fs::write(&p, header_bytes(Dtype::F64, &[30000, 30000])).unwrap();
+        let e = read_array::<f64>(&p).unwrap_err().message;
+        assert!(e.contains("needs 7200000000 bytes") && e.contains("only 0 bytes"), "{e}");
+        let pool = Pool::<f64>::new();
+        let e = read_relation::<f64>(&p, &[30000], &[30000], &pool).unwrap_err().message;
+        assert!(e.contains("shorter than the header says"), "{e}");
+        assert_eq!(pool.stats().fresh_bytes, 0, "nothing was allocated for the data");
+        // A shape whose byte count overflows 64 bits.
+        std::fs::write(&p, header_bytes(Dtype::F64, &[1 << 40, 1 << 40])).unwrap();
+        assert!(read_file_header(&p).unwrap_err().message.contains("more than 2^64"));
+        // One float short.
+        let mut bytes = header_bytes(Dtype::F32, &[2, 2]);
+        bytes.extend_from_slice(&[0u8; 12]);
+        std::fs::write(&p, &bytes).unwrap();
+        assert!(read_array::<f32>(&p).is_err());
+        bytes.extend_from_slice(&[0u8; 4]);
+        std::fs::write(&p, &bytes).unwrap();
+        assert_eq!(read_array::<f32>(&p).unwrap().len(), 4);
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn fifos_directories_and_devices_are_refused_without_blocking() {
+        let d = dir("fifo");
+        let fifo = d.join("pipe.npy");
+        let made = std::process::Command::new("mkfifo").arg(&fifo).status().map(|s| s.success()).unwrap_or(false);
+        if made {
+            let e = read_file_header(&fifo).unwrap_err().message;
+            assert!(e.contains("not a regular file"), "{e}");
+            let e = write_array::<f32>(&fifo, &[1], &[1.0]).unwrap_err().message;
+            assert!(e.contains("not a regular file"), "{e}");
+        }
+        assert!(read_file_header(&d).unwrap_err().message.contains("a directory"));
+        assert!(read_file_header(Path::new("/dev/zero")).unwrap_err().message.contains("not a regular file"));
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn a_failed_write_leaves_the_previous_file_whole() {
+        let d = dir("atomic");
+        let p = d.join("out.npy");
+        write_array::<f64>(&p, &[2], &[1.0, 2.0]).unwrap();
+        let before = std::fs::read(&p).unwrap();
+        let e = write_atomically(&p, |w| {
+            w.write_all(b"partial").unwrap();
+            Err(err(&p, "cannot write: No space left on device"))
+        })
+        .unwrap_err();
+        assert!(e.message.contains("No space left"), "{}", e.message);
+        assert_eq!(std::fs::read(&p).unwrap(), before, "the previous result is untouched");
+        let left: Vec<_> = std::fs::read_dir(&d).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(left.len(), 1, "no temporary file left behind: {left:?}");
+        // A successful write replaces it.
+        write_array::<f64>(&p, &[3], &[1.0, 2.0, 3.0]).unwrap();
+        assert_eq!(read_array::<f64>(&p).unwrap().len(), 3);
+        std::fs::remove_dir_all(&d).unwrap();
+    }
 }

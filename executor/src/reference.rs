@@ -227,6 +227,15 @@ pub enum InterpError {
     /// `sites` is zero.
     #[error("the number of sites must be at least 1")]
     NoSites,
+    /// The run was stopped before it finished (its deadline passed, or the
+    /// process is shutting down).
+    #[error("node {node}: stopped: {reason}")]
+    Stopped {
+        /// The node that was running.
+        node: String,
+        /// Why, in words (which limit, and its value).
+        reason: String,
+    },
     /// A physical relation holds a key more than once (on several sites, or on
     /// one site and everywhere): it is not a tensor relation.
     #[error("{}not a tensor relation: key {key:?} is held {} times, on {}", node_prefix(.node), .sites.len(), sites_list(.sites))]
@@ -260,7 +269,8 @@ impl InterpError {
             | InterpError::BadNode { node, .. }
             | InterpError::Kernel { node, .. }
             | InterpError::KeyEval { node, .. }
-            | InterpError::DuplicateKey { node, .. } => Some(node),
+            | InterpError::DuplicateKey { node, .. }
+            | InterpError::Stopped { node, .. } => Some(node),
             InterpError::BadInput { input, .. } => Some(input),
             InterpError::MissingInput(n) | InterpError::UnknownOutput(n) => Some(n),
             InterpError::NotATensorRelation { node, .. } => node.as_deref(),

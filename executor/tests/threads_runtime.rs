@@ -242,3 +242,57 @@ fn errors_are_the_references() {
     let got = threads::eval_ia(&part, 3, &ins, AnyLayout::RoundRobin).unwrap().erased_outputs().unwrap_err();
     assert_eq!(got, want);
 }
+
+#[test]
+fn thousands_of_sites_run_on_a_few_threads_and_a_deadline_stops_a_run() {
+    use std::time::{Duration, Instant};
+    use tra_optimizer::deadline::Deadline;
+    let p = cmm_plan();
+    let inputs = inputs_for(&p, 3);
+    let rt = ThreadRuntime::<f64>::with_threads(2);
+    let data = to_threads(&rt, &inputs);
+    // Far more sites than tuples or cores: the same answer as the reference,
+    // on at most one site thread per core.
+    let sites = 2048;
+    let want = eval_ia(&p, sites, &inputs, AnyLayout::RoundRobin).unwrap();
+    let run = rt.run(&p, sites, &data, &RunOptions::default()).unwrap();
+    assert!(run.report.site_threads <= threads::runtime::site_threads(sites));
+    assert!(run.report.site_threads <= std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let got = reference::erase(&run.outputs["Z"].to_reference()).unwrap();
+    compare(&reference::erase(&want.outputs["Z"]).unwrap(), &got, 1e-12).unwrap();
+    assert_eq!(run.total_floats_moved(), want.floats_moved.values().sum::<u64>());
+
+    // A deadline already passed: the run stops at its first node, naming it and the limit.
+    let past = Deadline::at(Instant::now() - Duration::from_millis(1), "a test limit of 0 s");
+    let opts = RunOptions { deadline: Some(past), ..RunOptions::default() };
+    let e = rt.run(&p, 4, &data, &opts).unwrap_err();
+    assert!(matches!(&e, InterpError::Stopped { node, .. } if node == "sx"), "{e}");
+    assert!(e.to_string().contains("a test limit of 0 s passed"), "{e}");
+    // A deadline far away changes nothing.
+    let later = Deadline::after(Duration::from_secs(600), "later");
+    let opts = RunOptions { deadline: Some(later), ..RunOptions::default() };
+    let again = rt.run(&p, sites, &data, &opts).unwrap();
+    assert_eq!(reference::erase(&again.outputs["Z"].to_reference()).unwrap(), got);
+}
+
+#[test]
+fn kernel_calls_in_chunks_under_a_deadline_give_the_same_result() {
+    use std::time::Duration;
+    use tra_optimizer::deadline::Deadline;
+    // BMM with 20 × 20 × 20 block products on one site: far more than one chunk.
+    let mut p = plan(BMM);
+    p.inputs["X"].key_bounds = vec![20, 20];
+    p.inputs["Y"].key_bounds = vec![20, 20];
+    p.inputs["X"].array_bounds = vec![2, 3];
+    p.inputs["Y"].array_bounds = vec![3, 2];
+    let inputs = inputs_for(&p, 5);
+    let rt = ThreadRuntime::<f64>::with_threads(2);
+    let data = to_threads(&rt, &inputs);
+    for fuse in [true, false] {
+        let plain = rt.run(&p, 1, &data, &RunOptions { fuse, ..RunOptions::default() }).unwrap();
+        let later = Deadline::after(Duration::from_secs(600), "later");
+        let chunked =
+            rt.run(&p, 1, &data, &RunOptions { fuse, deadline: Some(later), ..RunOptions::default() }).unwrap();
+        assert_eq!(plain.outputs["Z"].to_reference(), chunked.outputs["Z"].to_reference(), "fuse {fuse}");
+    }
+}

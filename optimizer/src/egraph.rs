@@ -462,6 +462,9 @@ impl Analysis<Ia> for TraAnalysis {
         let data = match type_node(egraph, enode) {
             Ok(d) => d,
             Err(e) => {
+                // Typing stopped by the request's deadline, not an ill-typed node:
+                // leave egg (which cannot take an error here) without a panic message.
+                crate::deadline::unwind_if_expired();
                 panic!("rule {} built an ill-typed node {}: {}", current_rule(), enode_string(egraph, enode), e.message)
             }
         };

@@ -766,7 +766,52 @@ fn analyze(req: &Request, p: &Parsed) -> Result<Analysis, EinsumError> {
         for o in os.iter().filter(|o| o.size == s) {
             b = b.min(asked[o.operand][o.axis]);
         }
+        // Sizes in 64 bits: a key bound is a u32, so an index may have at
+        // most u32::MAX blocks (a larger count used to wrap around silently).
+        let blocks = (s as u64).div_ceil(b as u64);
+        if blocks > u64::from(u32::MAX) {
+            let o = os[0];
+            let min_block = (s as u64).div_ceil(u64::from(u32::MAX));
+            return Err(at(
+                o.pos,
+                ErrorCode::BadBounds,
+                format!(
+                    "{} has size {s} in {}: in blocks of {b} that is {blocks} blocks, more than a key bound can \
+                     hold ({}); use a block of at least {min_block}",
+                    describe(l),
+                    names[o.operand],
+                    u32::MAX
+                ),
+            ));
+        }
         block.insert(l, b);
+    }
+    // Every operand and the output must have a size that fits 64 bits
+    // (padded to whole blocks).
+    let padded = |l: &Label| (size[l] as u64).div_ceil(block[l] as u64).checked_mul(block[l] as u64);
+    let overflows =
+        |ls: &[Label]| ls.iter().try_fold(1u64, |acc, l| padded(l).and_then(|p| acc.checked_mul(p))).is_none();
+    for (i, t) in p.inputs.iter().enumerate() {
+        let labels: Vec<Label> = op_labels[i].iter().map(|(l, _)| *l).collect();
+        if overflows(&labels) {
+            return Err(at(
+                t.start,
+                ErrorCode::BadBounds,
+                format!(
+                    "operand {} of shape {:?} has more than 2^64 elements (padded to whole blocks)",
+                    names[i], req.operands[i].shape
+                ),
+            ));
+        }
+    }
+    if overflows(&output) {
+        let shape: Vec<usize> = output.iter().map(|l| size[l]).collect();
+        let pos = p.output.as_ref().map_or(p.inputs_end, |t| t.start);
+        return Err(at(
+            pos,
+            ErrorCode::BadBounds,
+            format!("the output of shape {shape:?} has more than 2^64 elements (padded to whole blocks)"),
+        ));
     }
     for (i, ls) in op_labels.iter().enumerate() {
         for (axis, &(l, _)) in ls.iter().enumerate() {
@@ -1345,13 +1390,21 @@ pub fn compile(req: &Request, opts: &Options<'_>) -> Result<Compiled, EinsumErro
         inputs.insert(a.names[i].clone(), a.decl(&a.labels[i]));
     }
     let program = Program { inputs, nodes, outputs: vec![a.output_name.clone()], cluster: req.cluster };
-    check_program(&program).map_err(|e| {
-        EinsumError::field(
+    check_program(&program).map_err(|e| match e.code {
+        // An intermediate of the contraction too large to describe, or to
+        // enumerate: a property of the request, not a bug.
+        ErrorCode::BadBounds | ErrorCode::LimitExceeded => EinsumError::field(
+            &a.expr,
+            "",
+            e.code,
+            format!("the program compiled from `{}` is too large: node {}: {}", a.expr, e.at, e.message),
+        ),
+        _ => EinsumError::field(
             &a.expr,
             "",
             e.code,
             format!("internal error: the program compiled from `{}` does not check: {}", a.expr, e.message),
-        )
+        ),
     })?;
 
     let operands = (0..n)
@@ -1524,6 +1577,25 @@ mod tests {
         let c = compile(&r, &Options::new(&[])).unwrap();
         assert_eq!(c.program.inputs["A"].array_bounds, vec![8, 2]);
         assert_eq!(c.program.inputs["B"].array_bounds, vec![2, 4]);
+    }
+
+    #[test]
+    fn sizes_are_checked_in_64_bits() {
+        // 5e12 in blocks of 1000 is 5e9 blocks: more than a u32 key bound
+        // (it used to wrap around to 705032704 and compile a wrong program).
+        let e = go("ij->ij", &[&[5_000_000_000_000, 2]], 1000).unwrap_err();
+        assert_eq!((e.code, e.position), (ErrorCode::BadBounds, Some(0)));
+        assert!(e.message.contains("index `i` has size 5000000000000"), "{}", e.message);
+        assert!(e.message.contains("use a block of at least 1165"), "{}", e.message);
+        // In larger blocks it fits the key bound, but not 64 bits of elements.
+        let e = go("ij->ij", &[&[1_000_000_000_000_000_000, 1_000_000_000]], 1 << 40).unwrap_err();
+        assert_eq!(e.code, ErrorCode::BadBounds);
+        assert!(e.message.contains("more than 2^64 elements"), "{}", e.message);
+        assert!(!e.message.contains("internal"), "{}", e.message);
+        // An outer product whose result overflows is the request's fault too.
+        let e = go("i,j->ij", &[&[1 << 40], &[1 << 40]], 1 << 20).unwrap_err();
+        assert_eq!(e.code, ErrorCode::BadBounds, "{}", e.message);
+        assert!(!e.message.contains("internal"), "{}", e.message);
     }
 
     #[test]

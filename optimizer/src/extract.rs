@@ -46,6 +46,9 @@ impl NodeCosts {
     pub fn new(eg: &TraEGraph, w: Weights) -> NodeCosts {
         let mut all = Vec::new();
         for class in eg.classes() {
+            if crate::deadline::expired() {
+                break; // the caller checks the deadline
+            }
             for node in &class.nodes {
                 if let Some(c) = node_cost(eg, class.id, node, w) {
                     all.push((class.id, node.clone(), c));
@@ -69,9 +72,15 @@ pub fn choose_among(eg: &TraEGraph, costs: &NodeCosts, allow: &dyn Fn(&TraEGraph
         }
     }
     let mut pending: Vec<bool> = vec![true; candidates.len()];
+    // Past the request's deadline the passes stop early; the caller sees
+    // `deadline::expired()` and discards the partial choice.
+    let mut ticker = crate::deadline::Ticker::default();
     loop {
         let mut changed: Vec<Id> = Vec::new();
         for (i, (cid, node, own)) in candidates.iter().copied().enumerate() {
+            if ticker.tick() {
+                return Choice { best };
+            }
             if !pending[i] {
                 continue;
             }

@@ -6,6 +6,7 @@
 pub mod check;
 pub mod compile;
 pub mod cost;
+pub mod deadline;
 pub mod describe;
 pub mod egraph;
 pub mod einsum;

@@ -168,6 +168,15 @@ fn label(eg: &TraEGraph, plan: &ExtractedPlan, strategy: &[JoinStrategy]) -> Str
     crate::describe::plan_label(&plan.to_plan(&eg.analysis.inputs), strategy)
 }
 
+/// An egg hook: stop saturating once the request's deadline (or key
+/// budget) has passed; the caller then reports it.
+fn stop_when_expired(_: &mut Runner<Ia, TraAnalysis, ()>) -> Result<(), String> {
+    if crate::deadline::expired() {
+        return Err(crate::deadline::reason());
+    }
+    Ok(())
+}
+
 /// Optimize a TRA program with the given rules.
 pub fn optimize(p: &Program, rules: &[RuleDef], limits: &Limits) -> Result<OptimizeAnswer, OptimizeError> {
     let start = Instant::now();
@@ -180,21 +189,27 @@ pub fn optimize(p: &Program, rules: &[RuleDef], limits: &Limits) -> Result<Optim
     let lowering: Vec<_> = rules.iter().filter(|r| r.lowering).flat_map(|r| r.rewrites.iter()).collect();
     let all: Vec<_> = rules.iter().flat_map(|r| r.rewrites.iter()).collect();
 
+    // Under a request deadline (crate::deadline), saturation gets at most
+    // three quarters of what is left of it.
+    let sat_time = crate::deadline::saturation_budget(limits.time);
+    let sat_start = if crate::deadline::current().is_some() { Instant::now() } else { start };
     let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         let r1 = Runner::<Ia, TraAnalysis, ()>::new(TraAnalysis::new(cluster.sites, IndexMap::new()))
             .with_egraph(eg)
             .with_node_limit(limits.nodes)
             .with_iter_limit(limits.iterations)
-            .with_time_limit(limits.time)
+            .with_time_limit(sat_time)
+            .with_hook(stop_when_expired)
             .run(lowering.iter().copied());
         let mut iterations = r1.iterations.len();
         let lower_stop = r1.stop_reason.clone();
-        let remaining = limits.time.saturating_sub(start.elapsed());
+        let remaining = sat_time.saturating_sub(sat_start.elapsed());
         let r2 = Runner::<Ia, TraAnalysis, ()>::new(TraAnalysis::new(cluster.sites, IndexMap::new()))
             .with_egraph(r1.egraph)
             .with_node_limit(limits.nodes)
             .with_iter_limit(limits.iterations)
             .with_time_limit(remaining.max(Duration::from_millis(1)))
+            .with_hook(stop_when_expired)
             .run(all.iter().copied());
         iterations += r2.iterations.len();
         let stop = match lower_stop {
@@ -204,7 +219,13 @@ pub fn optimize(p: &Program, rules: &[RuleDef], limits: &Limits) -> Result<Optim
         (r2.egraph, iterations, stop)
     }));
     set_current_rule("program");
+    if crate::deadline::expired() {
+        return Err(OptimizeError::Limit(format!("{} during saturation", crate::deadline::reason())));
+    }
     let (eg, iterations, stop) = run.map_err(|e| {
+        if crate::deadline::is_expired_payload(&*e) {
+            return OptimizeError::Limit(format!("{} during saturation", crate::deadline::reason()));
+        }
         let msg = e
             .downcast_ref::<String>()
             .cloned()
@@ -235,11 +256,16 @@ pub fn optimize(p: &Program, rules: &[RuleDef], limits: &Limits) -> Result<Optim
             None => true,
         };
         let choice = choose_among(&eg, &costs, &allow);
+        if crate::deadline::expired() {
+            return Err(OptimizeError::Limit(format!("{} during extraction", crate::deadline::reason())));
+        }
         let extracted = match choice.plan(&eg, &roots) {
             Ok(x) => x,
-            Err(output) if allowed.is_empty() => return Err(OptimizeError::Limit(format!(
+            Err(output) if allowed.is_empty() => {
+                return Err(OptimizeError::Limit(format!(
                 "saturation stopped ({stop_reason}) before output `{output}` had an executable plan; raise the limits"
-            ))),
+            )))
+            }
             Err(_) => continue,
         };
         let strategy = strategy_of(&eg, &extracted);

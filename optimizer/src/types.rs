@@ -40,6 +40,21 @@ impl TypeError {
 
 type TResult<T> = Result<T, TypeError>;
 
+/// The error of a key enumeration stopped by the request's deadline
+/// ([`crate::deadline`]).
+fn deadline_passed() -> TypeError {
+    TypeError::new(ErrorCode::LimitExceeded, None, format!("{} while enumerating keys", crate::deadline::reason()))
+}
+
+/// Tick a [`crate::deadline::Ticker`] in a loop over keys; an error once the deadline has passed.
+#[inline]
+fn tick(t: &mut crate::deadline::Ticker) -> TResult<()> {
+    if t.tick() {
+        return Err(deadline_passed());
+    }
+    Ok(())
+}
+
 /// Which keys a relation holds.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum KeySet {
@@ -148,9 +163,11 @@ impl RelType {
                     ));
                 }
                 let mut out = Vec::with_capacity(n as usize);
+                let mut ticker = crate::deadline::Ticker::default();
                 if n > 0 {
                     let mut k = vec![0u32; self.frontier.len()];
                     loop {
+                        tick(&mut ticker)?;
                         out.push(k.clone());
                         // Odometer increment, last dim fastest.
                         let mut d = k.len();
@@ -175,9 +192,13 @@ impl RelType {
     /// Visit every key (in lexicographic order) without materialising them,
     /// if there are at most [`ENUMERATION_LIMIT`].
     pub fn for_each_key(&self, mut f: impl FnMut(&[u32])) -> TResult<()> {
+        let mut ticker = crate::deadline::Ticker::default();
         match &self.keys {
             KeySet::Explicit(k) => {
-                k.iter().for_each(|k| f(k));
+                for k in k.iter() {
+                    tick(&mut ticker)?;
+                    f(k);
+                }
                 Ok(())
             }
             KeySet::Dense => {
@@ -190,6 +211,7 @@ impl RelType {
                 }
                 let mut k = vec![0u32; self.frontier.len()];
                 loop {
+                    tick(&mut ticker)?;
                     f(&k);
                     let mut d = k.len();
                     loop {
@@ -223,7 +245,9 @@ impl RelType {
         let keys = if dense_count == Some(keys.len() as u64) && (arity > 0 || !keys.is_empty()) {
             KeySet::Dense
         } else {
-            KeySet::Explicit(Arc::new(keys))
+            // Shared with an equal set of the same request, and counted
+            // against its key budget (crate::deadline).
+            KeySet::Explicit(crate::deadline::share_keys(keys))
         };
         RelType { frontier, array_bounds, keys }
     }
@@ -395,11 +419,15 @@ pub fn join(l: &RelType, r: &RelType, lk: &[usize], rk: &[usize], kernel: &Kerne
     }
     let (lkeys, rkeys) = (l.key_list()?, r.key_list()?);
     let mut index: BTreeMap<Vec<u32>, Vec<&Key>> = BTreeMap::new();
+    let mut ticker = crate::deadline::Ticker::default();
     for k in rkeys.iter() {
+        tick(&mut ticker)?;
         index.entry(rk.iter().map(|&d| k[d]).collect()).or_default().push(k);
     }
     let mut out = Vec::new();
+    let mut ticker = crate::deadline::Ticker::default();
     for a in lkeys.iter() {
+        tick(&mut ticker)?;
         let jk: Vec<u32> = lk.iter().map(|&d| a[d]).collect();
         if let Some(bs) = index.get(&jk) {
             for b in bs {
@@ -454,7 +482,13 @@ pub fn aggregate(x: &RelType, group_by: &[usize], kernel: &KernelRef) -> TResult
     if x.keys == KeySet::Dense {
         return Ok(RelType::dense(frontier, bounds));
     }
-    let keys: Vec<Key> = x.key_list()?.iter().map(|k| group_by.iter().map(|&d| k[d]).collect()).collect();
+    let list = x.key_list()?;
+    let mut keys: Vec<Key> = Vec::with_capacity(list.len());
+    let mut ticker = crate::deadline::Ticker::default();
+    for k in list.iter() {
+        tick(&mut ticker)?;
+        keys.push(group_by.iter().map(|&d| k[d]).collect());
+    }
     let _ = frontier;
     Ok(RelType::from_keys(group_by.len(), keys, bounds))
 }
@@ -511,7 +545,9 @@ fn map_keys(x: &RelType, f: &KeyFn, field: &'static str) -> TResult<(Vec<(usize,
         ));
     }
     let mut out = Vec::with_capacity(keys.len() * fan as usize);
+    let mut ticker = crate::deadline::Ticker::default();
     for (i, k) in keys.iter().enumerate() {
+        tick(&mut ticker).map_err(|e| TypeError { field: Some(field), ..e })?;
         let ys = f
             .eval(k)
             .map_err(|e| TypeError::new(ErrorCode::BadKeyMap, Some(field), format!("`{f}` on key {k:?}: {e}")))?;
@@ -523,7 +559,9 @@ fn map_keys(x: &RelType, f: &KeyFn, field: &'static str) -> TResult<(Vec<(usize,
 fn unique_keys(x: &RelType, mapped: &[(usize, Key)], f: &KeyFn, field: &'static str) -> TResult<()> {
     let keys = x.key_list()?;
     let mut seen: std::collections::HashMap<&Key, usize> = std::collections::HashMap::with_capacity(mapped.len());
+    let mut ticker = crate::deadline::Ticker::default();
     for (i, y) in mapped {
+        tick(&mut ticker).map_err(|e| TypeError { field: Some(field), ..e })?;
         if let Some(&j) = seen.get(y) {
             return Err(TypeError::new(
                 ErrorCode::BadKeyMap,
@@ -561,7 +599,9 @@ pub fn filter(x: &RelType, p: &Predicate) -> TResult<RelType> {
     }
     let keys = x.key_list().map_err(|e| TypeError { field: Some("predicate"), ..e })?;
     let mut out = Vec::new();
+    let mut ticker = crate::deadline::Ticker::default();
     for k in keys.iter() {
+        tick(&mut ticker).map_err(|e| TypeError { field: Some("predicate"), ..e })?;
         let keep = p
             .eval(k)
             .map_err(|e| TypeError::new(ErrorCode::BadKeyMap, Some("predicate"), format!("`{p}` on key {k:?}: {e}")))?;

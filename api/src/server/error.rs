@@ -18,12 +18,15 @@ pub struct ApiError {
     pub message: String,
     /// The node or `node.field` at fault; empty when the whole request is.
     pub at: String,
+    /// Seconds after which a request refused for load may be tried again
+    /// (sent as `Retry-After`).
+    pub retry_after: Option<u64>,
 }
 
 impl ApiError {
     /// A new error.
     pub fn new(status: StatusCode, code: impl Into<String>, at: impl Into<String>, message: impl Into<String>) -> Self {
-        ApiError { status, code: code.into(), message: message.into(), at: at.into() }
+        ApiError { status, code: code.into(), message: message.into(), at: at.into(), retry_after: None }
     }
 
     /// 400 `bad_json`: the request body cannot be read as JSON.
@@ -60,7 +63,7 @@ impl From<ProgramError> for ApiError {
             ErrorCode::LimitExceeded => StatusCode::SERVICE_UNAVAILABLE,
             _ => StatusCode::UNPROCESSABLE_ENTITY,
         };
-        ApiError { status, code: e.code.as_str().to_string(), message: e.message, at: e.at }
+        ApiError { status, code: e.code.as_str().to_string(), message: e.message, at: e.at, retry_after: None }
     }
 }
 
@@ -76,6 +79,10 @@ impl From<OptimizeError> for ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        (self.status, axum::Json(self.body())).into_response()
+        let mut res = (self.status, axum::Json(self.body())).into_response();
+        if let Some(secs) = self.retry_after {
+            res.headers_mut().insert(axum::http::header::RETRY_AFTER, secs.into());
+        }
+        res
     }
 }

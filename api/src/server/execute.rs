@@ -3,7 +3,9 @@
 //! random) input data; the answer has the wall time of every operator and the
 //! floats every shuffle and broadcast moved next to the optimizer's prediction.
 
-use super::{ApiError, AppState, JsonBody};
+use super::admission::{self, Estimate};
+use super::cache::CachedAnswer;
+use super::{json_float, parse_json, ApiError, AppState, JsonBody};
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
@@ -12,10 +14,11 @@ use serde_json::{json, Map, Value};
 use std::collections::BTreeMap;
 use std::time::Instant;
 use tra_executor::reference::{all_keys, random_relation, AnyLayout, Block, InterpError, Relation};
-use tra_executor::threads::{shared_f64_runtime, RunOptions, TRelation};
-use tra_optimizer::check::check_program;
+use tra_executor::threads::{RunOptions, TRelation};
+use tra_optimizer::check::{check_plan, check_program};
+use tra_optimizer::deadline::{self, Deadline};
 use tra_optimizer::types::RelType;
-use tra_optimizer::Program;
+use tra_optimizer::{Plan, Program};
 
 /// Outputs with at most this many floats (in their dense form) are returned whole.
 pub const MAX_RETURNED_FLOATS: u64 = 10_000;
@@ -28,13 +31,96 @@ enum InputData {
     Given(Relation),
 }
 
+/// A request checked, optimized and estimated: everything the run needs.
+struct Prepared {
+    data: BTreeMap<String, InputData>,
+    types: indexmap::IndexMap<String, RelType>,
+    outputs: Vec<String>,
+    sites: usize,
+    plan: Plan,
+    answer: Value,
+    estimate: Estimate,
+    optimize_ms: f64,
+}
+
 pub(super) async fn execute_handler(
     State(st): State<AppState>,
     JsonBody(body): JsonBody,
 ) -> Result<Json<Value>, ApiError> {
-    let program = Program::from_value(&body)?;
-    let typed = check_program(&program)?;
     let config = st.config().clone();
+    let start = Instant::now();
+    // One deadline for the request: the optimization may use the optimize
+    // limit, the run what is left of both.
+    let deadline = st.deadline(
+        config.optimize_time + config.execute_time,
+        format!(
+            "this server's limit of {} s for an execution, its optimization included (--optimize-ms, --execute-ms)",
+            (config.optimize_time + config.execute_time).as_secs_f64()
+        ),
+    );
+    let optimize_deadline = deadline.no_later_than(start + config.optimize_time, config.optimize_limit_words());
+    let st2 = st.clone();
+    let p = st.cpu(&optimize_deadline, move || prepare(&st2, &body)).await?;
+
+    // Admission: room in the memory budget, then an execution slot.
+    let reservation = st.inner.memory.reserve(&p.estimate, &deadline).await?;
+    let permit = st.inner.execute_slots.acquire(&deadline).await?;
+    let rt = st.inner.runtime.clone();
+    let cluster = config.cluster.clone();
+    let runtime = if cluster.is_some() { "cluster" } else { "threads" };
+    let plan = p.plan.clone();
+    let sites = p.sites;
+    let run_deadline = deadline.clone();
+    let (p, run) = tokio::task::spawn_blocking(move || {
+        let _permit = permit;
+        let _reservation = reservation;
+        let r = deadline::within(run_deadline.clone(), || match &cluster {
+            Some(c) => run_on_cluster(&p, c),
+            None => run(&p, &rt, run_deadline),
+        });
+        crate::server::admission::give_back_freed_memory();
+        (p, r)
+    })
+    .await
+    .map_err(|e| ApiError::internal(format!("the executor crashed: {e}")))?;
+    let (timings, operators, floats_moved, measured, outputs) = run.map_err(interp_error)?;
+
+    Ok(Json(json!({
+        "timings_ms": timings,
+        "operators": operators,
+        "optimize_ms": p.optimize_ms,
+        "network_floats_measured": measured,
+        "network_floats_predicted": p.answer["cost"]["network_floats"],
+        "floats_moved": floats_moved,
+        "sites": sites,
+        "plan": plan,
+        "cost": p.answer["cost"],
+        "report": p.answer["report"],
+        "outputs": outputs,
+        "estimated_memory_bytes": p.estimate.bytes,
+        "runtime": runtime,
+    })))
+}
+
+/// Parse, check, refuse too much work, read the data, optimize, and
+/// estimate the run (on a blocking thread, under the optimize deadline).
+fn prepare(st: &AppState, body: &[u8]) -> Result<Prepared, ApiError> {
+    let config = st.config();
+    let value = parse_json(body)?;
+    let program = Program::from_value(&value)?;
+    let typed = check_program(&program)?;
+    let sites = program.cluster().sites;
+    if sites > config.max_execute_sites {
+        return Err(ApiError::unprocessable(
+            "bad_field",
+            "cluster.sites",
+            format!(
+                "cluster.sites is {sites}; this server executes programs on at most {} sites (--max-execute-sites), \
+                 optimizing them (POST /v1/optimize) accepts up to 4096",
+                config.max_execute_sites
+            ),
+        ));
+    }
 
     // Refuse too much work before doing any.
     let limit = config.max_execute_floats;
@@ -59,88 +145,112 @@ pub(super) async fn execute_handler(
             ));
         }
     }
+    let inputs: Vec<&str> = program.inputs.keys().map(String::as_str).collect();
+    let rough = admission::estimate_program(&inputs, &typed.types, &program.outputs, sites);
+    if rough.bytes > config.execute_memory_bytes {
+        return Err(admission::too_much_memory(&rough, config.execute_memory_bytes));
+    }
 
-    let data = read_data(&program, &typed.types, body.get("data"))?;
+    let data = read_data(&program, &typed.types, value.get("data"))?;
 
     let t_opt = Instant::now();
-    let optimized = st.optimize(program.clone()).await?;
-    let answer = &optimized.answer;
+    let optimized = st.optimize_here(&program)?;
     let optimize_ms = t_opt.elapsed().as_secs_f64() * 1000.0;
-
-    let permit = st
-        .inner
-        .execute_slots
-        .clone()
-        .acquire_owned()
-        .await
-        .map_err(|_| ApiError::internal("the execution queue is closed"))?;
-    let plan = answer.plan.clone();
-    let sites = program.cluster().sites;
-    let out_types: BTreeMap<String, RelType> =
-        program.outputs.iter().map(|o| (o.clone(), typed.types[o.as_str()].clone())).collect();
-    let cluster = config.cluster.clone();
-    let run = tokio::task::spawn_blocking(move || {
-        let _permit = permit;
-        let inputs: BTreeMap<String, Relation> = data
-            .into_iter()
-            .map(|(name, d)| {
-                let rel = match d {
-                    InputData::Given(r) => r,
-                    InputData::Random(seed) => {
-                        let t = &typed.types[name.as_str()];
-                        random_relation(&t.frontier, &t.array_bounds, seed)
-                    }
-                };
-                (name, rel)
-            })
-            .collect();
-        if let Some(c) = cluster {
-            return super::cluster_execute::run(&c, &plan, sites, &inputs, &out_types, summarize);
+    let answer = optimized.json();
+    let plan = CachedAnswer::plan_of(&answer);
+    let typed_plan = check_plan(&plan, sites).map_err(|e| {
+        if e.code == tra_optimizer::ErrorCode::LimitExceeded {
+            ApiError::from(e)
+        } else {
+            ApiError::internal(format!("the chosen plan does not check: {} at {}", e.message, e.at))
         }
-        let rt = shared_f64_runtime();
-        let inputs: BTreeMap<String, TRelation<f64>> =
-            inputs.iter().map(|(n, r)| (n.clone(), TRelation::from_relation(r, rt.pool()))).collect();
-        let start = Instant::now();
-        let opts = RunOptions { layout: AnyLayout::RoundRobin, ..RunOptions::default() };
-        let run = rt.run(&plan, sites, &inputs, &opts)?;
-        let execute_ms = start.elapsed().as_secs_f64() * 1000.0;
-        let outputs = run.erased_outputs()?;
-        let summaries: Map<String, Value> = outputs
-            .iter()
-            .map(|(name, rel)| (name.clone(), summarize(&rel.to_relation(), &out_types[name.as_str()])))
-            .collect();
-        // `timings_ms`: the whole run and the wall time of every operator
-        // (a join fused into its aggregation is counted there, and listed
-        // with `fused_into` in `operators`).
-        let mut timings = Map::new();
-        timings.insert("total".into(), json!(execute_ms));
-        for n in &run.report.nodes {
-            if n.fused_into.is_none() {
-                timings.insert(n.name.clone(), json!(n.wall_ms));
-            }
-        }
-        let operators = serde_json::to_value(&run.report.nodes).unwrap_or(Value::Null);
-        Ok::<_, InterpError>((timings, operators, run.floats_moved.clone(), run.total_floats_moved(), summaries))
+    })?;
+    let estimate = admission::estimate_plan(&plan, &typed_plan, sites);
+    if estimate.bytes > config.execute_memory_bytes {
+        return Err(admission::too_much_memory(&estimate, config.execute_memory_bytes));
+    }
+    Ok(Prepared {
+        data,
+        types: typed.types,
+        outputs: program.outputs.clone(),
+        sites,
+        plan,
+        answer,
+        estimate,
+        optimize_ms,
     })
-    .await
-    .map_err(|e| ApiError::internal(format!("the executor crashed: {e}")))?;
-    let (timings, operators, floats_moved, measured, outputs) = run.map_err(interp_error)?;
-    let runtime = if config.cluster.is_some() { "cluster" } else { "threads" };
+}
 
-    Ok(Json(json!({
-        "timings_ms": timings,
-        "operators": operators,
-        "optimize_ms": optimize_ms,
-        "network_floats_measured": measured,
-        "network_floats_predicted": answer.cost.network_floats,
-        "floats_moved": floats_moved,
-        "sites": sites,
-        "plan": answer.plan,
-        "cost": answer.cost,
-        "report": optimized.json["report"],
-        "outputs": outputs,
-        "runtime": runtime,
-    })))
+/// Timings, operators, floats moved per exchange and in all, output summaries.
+type RunAnswer = (Map<String, Value>, Value, BTreeMap<String, u64>, u64, Map<String, Value>);
+
+/// Make the inputs, run the plan, summarize the outputs (on a blocking
+/// thread, under the request's deadline).
+fn run(
+    p: &Prepared,
+    rt: &tra_executor::threads::ThreadRuntime<f64>,
+    deadline: Deadline,
+) -> Result<RunAnswer, InterpError> {
+    let stopped = |node: &str| InterpError::Stopped { node: node.to_string(), reason: deadline::reason() };
+    let mut inputs: BTreeMap<String, TRelation<f64>> = BTreeMap::new();
+    for (name, d) in &p.data {
+        if deadline::expired() {
+            return Err(stopped(name));
+        }
+        let rel = match d {
+            InputData::Given(r) => TRelation::from_relation(r, rt.pool()),
+            InputData::Random(seed) => {
+                let t = &p.types[name.as_str()];
+                TRelation::from_relation(&random_relation(&t.frontier, &t.array_bounds, *seed), rt.pool())
+            }
+        };
+        inputs.insert(name.clone(), rel);
+    }
+    let start = Instant::now();
+    let opts = RunOptions { layout: AnyLayout::RoundRobin, deadline: Some(deadline), ..RunOptions::default() };
+    let run = rt.run(&p.plan, p.sites, &inputs, &opts)?;
+    drop(inputs);
+    let execute_ms = start.elapsed().as_secs_f64() * 1000.0;
+    let outputs = run.erased_outputs()?;
+    let summaries: Map<String, Value> = outputs
+        .iter()
+        .map(|(name, rel)| (name.clone(), summarize(&rel.to_relation(), &p.types[name.as_str()])))
+        .collect();
+    debug_assert!(p.outputs.iter().all(|o| outputs.contains_key(o)));
+    // `timings_ms`: the whole run and the wall time of every operator
+    // (a join fused into its aggregation is counted there, and listed
+    // with `fused_into` in `operators`).
+    let mut timings = Map::new();
+    timings.insert("total".into(), json!(execute_ms));
+    for n in &run.report.nodes {
+        if n.fused_into.is_none() {
+            timings.insert(n.name.clone(), json!(n.wall_ms));
+        }
+    }
+    let operators = serde_json::to_value(&run.report.nodes).unwrap_or(Value::Null);
+    Ok((timings, operators, run.floats_moved.clone(), run.total_floats_moved(), summaries))
+}
+
+/// Run the plan on the warm workers of `tra serve --hosts` (the inputs made
+/// here, as on threads; the figures are process 0's report).
+fn run_on_cluster(p: &Prepared, cluster: &crate::cluster::ClusterTarget) -> Result<RunAnswer, InterpError> {
+    let inputs: BTreeMap<String, Relation> = p
+        .data
+        .iter()
+        .map(|(name, d)| {
+            let rel = match d {
+                InputData::Given(r) => r.clone(),
+                InputData::Random(seed) => {
+                    let t = &p.types[name.as_str()];
+                    random_relation(&t.frontier, &t.array_bounds, *seed)
+                }
+            };
+            (name.clone(), rel)
+        })
+        .collect();
+    let out_types: BTreeMap<String, RelType> =
+        p.outputs.iter().map(|o| (o.clone(), p.types[o.as_str()].clone())).collect();
+    super::cluster_execute::run(cluster, &p.plan, p.sites, &inputs, &out_types, summarize)
 }
 
 fn too_large(at: &str, message: String) -> ApiError {
@@ -153,6 +263,12 @@ fn interp_error(e: InterpError) -> ApiError {
         InterpError::BadInput { .. } | InterpError::MissingInput(_) => {
             ApiError::unprocessable("bad_field", format!("data.{at}"), e.to_string())
         }
+        InterpError::Stopped { .. } => ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "limit_exceeded",
+            at,
+            format!("the execution stopped before it finished: {e}"),
+        ),
         other => ApiError::new(
             StatusCode::INTERNAL_SERVER_ERROR,
             "internal",
@@ -249,12 +365,15 @@ fn nested_array(v: &Value) -> Result<(Vec<usize>, Vec<f64>), String> {
     let mut values = Vec::with_capacity(shape.iter().product());
     fn walk(v: &Value, shape: &[usize], path: &mut Vec<usize>, out: &mut Vec<f64>) -> Result<(), String> {
         match shape.split_first() {
-            None => match v.as_f64() {
+            None => match float_of(v) {
                 Some(x) => {
                     out.push(x);
                     Ok(())
                 }
-                None => Err(format!("element {path:?} is {}, expected a number", truncate(&v.to_string(), 40))),
+                None => Err(format!(
+                    "element {path:?} is {}, expected a number (or \"NaN\", \"Infinity\", \"-Infinity\")",
+                    truncate(&v.to_string(), 40)
+                )),
             },
             Some((&n, rest)) => {
                 let items =
@@ -321,7 +440,7 @@ fn summarize(rel: &Relation, t: &RelType) -> Value {
     let total: u64 = kb.iter().chain(&ab).map(|&x| x as u64).fold(1u64, u64::saturating_mul);
     let dense = !kb.is_empty() && kb.len() == ab.len();
     let mut out = json!({
-        "checksum": checksum,
+        "checksum": json_float(checksum),
         "key_bounds": kb,
         "array_bounds": ab,
         "tuples": rel.len(),
@@ -376,11 +495,24 @@ fn to_dense(rel: &Relation, kb: &[usize], ab: &[usize]) -> Block {
 fn to_nested(a: &Block) -> Value {
     fn rec(a: ndarray::ArrayViewD<'_, f64>) -> Value {
         if a.ndim() == 0 {
-            return json!(a.iter().next().copied().unwrap_or(0.0));
+            return json_float(a.iter().next().copied().unwrap_or(0.0));
         }
         Value::Array(a.axis_iter(Axis(0)).map(rec).collect())
     }
     rec(a.view())
+}
+
+/// A float of input data: a number or one of the strings of [`json_float`].
+fn float_of(v: &Value) -> Option<f64> {
+    match v {
+        Value::String(s) => match s.as_str() {
+            "NaN" => Some(f64::NAN),
+            "Infinity" => Some(f64::INFINITY),
+            "-Infinity" => Some(f64::NEG_INFINITY),
+            _ => None,
+        },
+        v => v.as_f64(),
+    }
 }
 
 #[cfg(test)]

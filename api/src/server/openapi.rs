@@ -58,10 +58,12 @@ pub fn document(config: &ServerConfig) -> Value {
                 "type": "object",
                 "properties": {
                     "code": {"type": "string", "description":
-                        "bad_json (400), body_too_large / data_too_large (413), not_found (404), method_not_allowed (405), \
+                        "bad_json (400), host_not_allowed (403), not_found (404), method_not_allowed (405), \
+                         body_timeout (408), body_too_large / data_too_large (413), unsupported_media_type (415), \
                          unknown_input, unknown_kernel, unknown_op, cycle, bad_field, bad_bounds, bounds_mismatch, \
                          dim_out_of_range, bad_expression, bad_key_map, bad_kernel_shape, unknown_output (422), \
-                         limit_exceeded (503), internal (500)"},
+                         limit_exceeded (503: a limit stopped the work), overloaded (503 with Retry-After: the server \
+                         is busy, try again), internal (500)"},
                     "message": {"type": "string", "description": "What is wrong, in words"},
                     "at": {"type": "string", "description": "The node, `node.field` or `data.INPUT` at fault; empty when the whole request is"}
                 },
@@ -224,9 +226,14 @@ pub fn document(config: &ServerConfig) -> Value {
             },
             "required": ["plan", "cost", "alternatives", "rules_applied", "stats"]
         },
+        "Float": {
+            "description": "A float: a JSON number, or for the values JSON has no number for the strings \"NaN\", \
+                            \"Infinity\" and \"-Infinity\" (outputs never use null)",
+            "oneOf": [{"type": "number"}, {"enum": ["NaN", "Infinity", "-Infinity"]}]
+        },
         "NestedArray": {
-            "description": "A tensor as nested JSON arrays of numbers, row-major",
-            "oneOf": [{"type": "number"}, {"type": "array", "items": r("NestedArray")}]
+            "description": "A tensor as nested JSON arrays of floats, row-major",
+            "oneOf": [r("Float"), {"type": "array", "items": r("NestedArray")}]
         },
         "InputData": {
             "description": "The data of one input: random integers in [-3, 3] from a seeded generator, or given values: the \
@@ -247,7 +254,7 @@ pub fn document(config: &ServerConfig) -> Value {
         "OutputValue": {
             "type": "object",
             "properties": {
-                "checksum": {"type": "number", "description": "The sum of all floats of the output"},
+                "checksum": {"$ref": "#/components/schemas/Float", "description": "The sum of all floats of the output"},
                 "key_bounds": bounds(),
                 "array_bounds": bounds(),
                 "tuples": {"type": "integer", "description": "Tuples present (fewer than the product of key_bounds when the relation has holes)"},
@@ -315,24 +322,44 @@ pub fn document(config: &ServerConfig) -> Value {
     let body_limit = format!("{} bytes", config.max_body_bytes);
     let optimize_errors = json!({
         "400": error_response("Unreadable request: not JSON (bad_json)"),
-        "413": error_response(&format!("Body larger than {body_limit} (body_too_large)")),
+        "403": error_response("Bound to loopback, a Host other than localhost, 127.0.0.1 or [::1] with the port, \
+                               or a name given with --allow-host (host_not_allowed)"),
+        "408": error_response(&format!("The body was not sent within {} s (body_timeout)", config.body_timeout.as_secs_f64())),
+        "413": error_response(&format!("Body (or its Content-Length) larger than {body_limit} (body_too_large)")),
+        "415": error_response("The body was not sent as Content-Type: application/json (unsupported_media_type)"),
         "422": error_response("A well-formed but wrong program: unknown input/kernel/op, cycle, bounds mismatch, bad key expression…"),
-        "503": error_response(&format!(
-            "A limit stopped the work before a plan existed (limit_exceeded): {} e-graph nodes, {} s",
-            config.max_egraph_nodes, config.optimize_time.as_secs_f64())),
+        "503": {"description": format!(
+            "A limit stopped the work before a plan existed (limit_exceeded): {} e-graph nodes, {} s of optimization, \
+             {} bytes of key sets; or the server is busy (overloaded, with a Retry-After header)",
+            config.max_egraph_nodes, config.optimize_time.as_secs_f64(), config.analysis_memory_bytes),
+            "headers": {"Retry-After": {"description": "Seconds to wait before trying again (overloaded only)",
+                "schema": {"type": "integer"}}},
+            "content": json_content(r("Error"))},
         "500": error_response("A bug in tra (internal)")
     });
     let mut execute_errors = optimize_errors.clone();
     execute_errors["413"] = error_response(&format!(
-        "Body larger than {body_limit} (body_too_large), or inputs (or a relation of the program) larger than {} floats (data_too_large)",
-        config.max_execute_floats
+        "Body larger than {body_limit} (body_too_large), or inputs (or a relation of the program) larger than {} floats, \
+         or an execution estimated at more than the execution memory budget of {} bytes (data_too_large; `at` names \
+         the heaviest input or node)",
+        config.max_execute_floats, config.execute_memory_bytes
     ));
 
     let get_json = |summary: &str, schema: Value| json!({"get": {"summary": summary, "responses": {"200": {"description": "OK", "content": json_content(schema)}}}});
     let paths = json!({
         "/": {"get": {"summary": "The web page", "responses": {"200": {"description": "HTML",
             "content": {"text/html": {"schema": {"type": "string"}}}}}}},
-        "/healthz": get_json("Liveness", json!({"type": "object", "properties": {"status": {"const": "ok"}}, "required": ["status"]})),
+        "/healthz": get_json("Liveness, and the budgets of the service with their use", json!({"type": "object",
+            "properties": {
+                "status": {"const": "ok"},
+                "answer_cache": {"type": "object", "description": "hits, misses, entries, bytes, budget_bytes"},
+                "execution_memory": {"type": "object", "description": "budget_bytes, reserved_bytes, running, waiting"},
+                "executor_pool": {"type": "object", "description": "held_bytes, budget_bytes of freed blocks kept for reuse"},
+                "optimizations": {"type": "object", "description": "running, waiting, max"},
+                "executions": {"type": "object", "description": "running, waiting, max"},
+                "connections": {"type": "object", "description": "open, max, evicted, refused"}
+            },
+            "required": ["status"]})),
         "/openapi.json": get_json("This document", json!({"type": "object"})),
         "/v1/rules": get_json("The rewrite rules", json!({"type": "array", "items": r("Rule")})),
         "/v1/kernels": get_json("The kernel catalog", json!({"type": "array", "items": r("KernelInfo")})),
@@ -345,7 +372,17 @@ pub fn document(config: &ServerConfig) -> Value {
         }},
         "/v1/execute": {"post": {
             "summary": "Optimize a program and run the chosen plan on the thread executor",
-            "description": format!("At most {} executions run at once; others wait.", config.max_concurrent_executions),
+            "description": format!(
+                "At most {} executions run at once, within an execution memory budget of {} bytes estimated before \
+                 each starts (tuples × per-tuple overhead + block bytes, and sites); others wait until their deadline \
+                 ({} s of optimization + {} s of execution). At most {} sites. Output floats that JSON has no number \
+                 for are the strings \"NaN\", \"Infinity\", \"-Infinity\".",
+                config.max_concurrent_executions,
+                config.execute_memory_bytes,
+                config.optimize_time.as_secs_f64(),
+                config.execute_time.as_secs_f64(),
+                config.max_execute_sites
+            ),
             "requestBody": {"required": true, "content": json_content(r("ExecuteRequest"))},
             "responses": merge(json!({"200": {"description": "Timings, floats moved (measured and predicted), outputs",
                 "content": json_content(r("ExecuteAnswer"))}}), execute_errors)

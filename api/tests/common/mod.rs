@@ -73,20 +73,24 @@ pub async fn http(addr: SocketAddr, method: &str, path: &str, body: Option<&[u8]
     let mut body = raw[split + 4..].to_vec();
     let chunked = headers.iter().any(|(k, v)| k.eq_ignore_ascii_case("transfer-encoding") && v.contains("chunked"));
     if chunked {
-        let mut out = Vec::new();
-        let mut rest = &body[..];
-        loop {
-            let eol = rest.windows(2).position(|w| w == b"\r\n").unwrap();
-            let size = usize::from_str_radix(std::str::from_utf8(&rest[..eol]).unwrap().trim(), 16).unwrap();
-            if size == 0 {
-                break;
-            }
-            out.extend_from_slice(&rest[eol + 2..eol + 2 + size]);
-            rest = &rest[eol + 2 + size + 2..];
-        }
-        body = out;
+        body = dechunk(&body);
     }
     Response { status, headers, body }
+}
+
+/// The payload of a body sent with `Transfer-Encoding: chunked`.
+pub fn dechunk(body: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut rest = body;
+    while let Some(eol) = rest.windows(2).position(|w| w == b"\r\n") {
+        let size = usize::from_str_radix(std::str::from_utf8(&rest[..eol]).unwrap().trim(), 16).unwrap();
+        if size == 0 {
+            break;
+        }
+        out.extend_from_slice(&rest[eol + 2..eol + 2 + size]);
+        rest = &rest[eol + 2 + size + 2..];
+    }
+    out
 }
 
 pub async fn get(addr: SocketAddr, path: &str) -> Response {

@@ -108,12 +108,22 @@ struct PoolInner<T: Elem> {
     reused: AtomicU64,
 }
 
+/// Bytes a held buffer costs besides its elements (its `Vec` in the free
+/// list, the allocator's header and rounding): counted against the limit, so
+/// that a million one-float blocks are not "8 MB".
+const BUFFER_OVERHEAD: u64 = 64;
+
+/// The bytes a held buffer is counted for.
+fn held_size<T>(v: &Vec<T>) -> u64 {
+    (v.capacity() * std::mem::size_of::<T>()) as u64 + BUFFER_OVERHEAD
+}
+
 impl<T: Elem> PoolInner<T> {
     fn give(&self, shape: &IxDyn, data: Vec<T>) {
-        let bytes = (data.capacity() * std::mem::size_of::<T>()) as u64;
-        if bytes == 0 || data.len() != shape.size() {
+        if data.capacity() == 0 || data.len() != shape.size() {
             return;
         }
+        let bytes = held_size(&data);
         if self.held_bytes.load(Ordering::Relaxed) + bytes > self.limit_bytes {
             return; // over the limit: free it
         }
@@ -189,7 +199,7 @@ impl<T: Elem> Pool<T> {
         let data = match reused {
             Some(v) => {
                 self.inner.reused.fetch_add(1, Ordering::Relaxed);
-                self.inner.held_bytes.fetch_sub((v.capacity() * std::mem::size_of::<T>()) as u64, Ordering::Relaxed);
+                self.inner.held_bytes.fetch_sub(held_size(&v), Ordering::Relaxed);
                 v
             }
             None => {

@@ -1,10 +1,15 @@
-//! The thread runtime: one worker thread per site, in lockstep over the plan.
+//! The thread runtime: the sites of a plan on a few worker threads, in
+//! lockstep over the plan.
 //!
-//! Every site thread walks the plan's nodes in the same order. For a local
-//! operator it computes its own site's part; for a shuffle it routes its
-//! tuples into per-destination outboxes, meets the others at a barrier and
-//! collects its inbox; a broadcast publishes one replicated list that every
-//! site shares. Blocks are `Arc`s: an exchange moves pointers, never floats,
+//! Sites are simulated, not given a thread each: at most one site thread
+//! per core (fewer when there are fewer sites), site `s` served by thread
+//! `s mod threads`, so that a plan for 4,096 sites starts a handful of
+//! threads, not 4,096. Every site thread walks the plan's nodes in the same
+//! order, doing the part of each of its sites. For a local operator that is
+//! the site's own part; for a shuffle each site routes its tuples into an
+//! outbox (sorted by destination, so that it costs its tuples, not the
+//! number of sites), the threads meet at a barrier and each site collects its
+//! inbox; a broadcast publishes one replicated list that every site shares. Blocks are `Arc`s: an exchange moves pointers, never floats,
 //! and a replicated relation is one copy however many sites hold it. Every
 //! node ends at a barrier, after which any site may read any site's value
 //! (needed for the few operators whose reference semantics are global: a
@@ -24,6 +29,10 @@
 //! a matrix-product kernel used by nothing else runs as one operator: each
 //! output block is `Σ A·B`, accumulated by GEMM into the output block
 //! (`C += A·B`), without materialising the products.
+//!
+//! **Deadline.** [`RunOptions::deadline`] is checked before every node, between
+//! the sites of a thread, and between chunks of a node's kernel calls; past
+//! it the run stops with [`InterpError::Stopped`].
 
 use super::elem::Elem;
 use super::kernels::{FastKernel, MatMulKind};
@@ -34,6 +43,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Instant;
+use tra_optimizer::deadline::Deadline;
 use tra_optimizer::kernel::KernelRef;
 use tra_optimizer::keyexpr::Key;
 use tra_optimizer::placement::site_of;
@@ -156,12 +166,20 @@ pub struct RunOptions {
     pub keep_values: bool,
     /// Counters to update while running.
     pub progress: Option<Arc<Progress>>,
+    /// Stop (with [`InterpError::Stopped`]) once this has passed.
+    pub deadline: Option<Deadline>,
 }
 
 impl Default for RunOptions {
     fn default() -> Self {
-        RunOptions { layout: AnyLayout::RoundRobin, fuse: true, keep_values: false, progress: None }
+        RunOptions { layout: AnyLayout::RoundRobin, fuse: true, keep_values: false, progress: None, deadline: None }
     }
+}
+
+/// The most site threads a run starts: one per core, and at most one per site.
+pub fn site_threads(sites: usize) -> usize {
+    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    sites.clamp(1, cores)
 }
 
 /// Figures of one plan node.
@@ -189,8 +207,10 @@ pub struct NodeStats {
 /// What a run measured.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct RunReport {
-    /// Sites (worker threads of the plan).
+    /// Sites of the plan.
     pub sites: usize,
+    /// Threads the sites ran on (at most one per core).
+    pub site_threads: usize,
     /// Kernel threads.
     pub threads: usize,
     /// Element type.
@@ -253,15 +273,22 @@ impl<T: Elem> ThreadRuntime<T> {
         ThreadRuntime::with_threads(n)
     }
 
-    /// `threads` kernel threads (at least one).
+    /// `threads` kernel threads (at least one, at most [`MAX_KERNEL_THREADS`]).
     pub fn with_threads(threads: usize) -> ThreadRuntime<T> {
-        let threads = threads.max(1);
+        ThreadRuntime::with_threads_and_pool(threads, u64::MAX)
+    }
+
+    /// `threads` kernel threads (at least one, at most [`MAX_KERNEL_THREADS`])
+    /// and a buffer pool that keeps at most `pool_bytes` of freed blocks (a
+    /// long-running server must not keep every block it ever computed).
+    pub fn with_threads_and_pool(threads: usize, pool_bytes: u64) -> ThreadRuntime<T> {
+        let threads = threads.clamp(1, MAX_KERNEL_THREADS);
         let workers = rayon::ThreadPoolBuilder::new()
             .num_threads(threads)
             .thread_name(|i| format!("tra-kernel-{i}"))
             .build()
             .expect("cannot start kernel threads");
-        ThreadRuntime { pool: Pool::new(), workers, threads }
+        ThreadRuntime { pool: Pool::with_limit(pool_bytes), workers, threads }
     }
 
     /// The buffer pool (make input blocks from it so they are reused too).
@@ -384,29 +411,31 @@ impl<T: Elem> ThreadRuntime<T> {
             slots: &slots,
             pool: &self.pool,
             workers: &self.workers,
-            barrier: Gate::new(sites),
+            threads: site_threads(sites),
+            barrier: Gate::new(site_threads(sites)),
             failed_at: AtomicUsize::new(usize::MAX),
             error: Mutex::new(None),
             progress: opts.progress.clone(),
+            deadline: opts.deadline.clone(),
         };
         std::thread::scope(|scope| {
-            let mut handles = Vec::with_capacity(sites);
-            for s in 0..sites {
+            let mut handles = Vec::with_capacity(ctx.threads);
+            for t in 0..ctx.threads {
                 let ctx = &ctx;
                 let spawned = std::thread::Builder::new()
-                    .name(format!("tra-site-{s}"))
+                    .name(format!("tra-sites-{t}"))
                     .stack_size(SITE_STACK)
-                    .spawn_scoped(scope, move || ctx.site_main(s));
+                    .spawn_scoped(scope, move || ctx.thread_main(t));
                 match spawned {
                     Ok(h) => handles.push(h),
                     Err(e) => {
-                        // The sites already started must not wait for this one.
+                        // The threads already started must not wait for this one.
                         ctx.fail(
                             0,
-                            s,
+                            t,
                             InterpError::BadNode {
                                 node: "(sites)".into(),
-                                message: format!("cannot start the thread of site {s} of {sites}: {e}"),
+                                message: format!("cannot start site thread {t} of {}: {e}", ctx.threads),
                             },
                         );
                         ctx.barrier.abort();
@@ -464,6 +493,7 @@ impl<T: Elem> ThreadRuntime<T> {
         let pool = self.pool.stats();
         let report = RunReport {
             sites,
+            site_threads: site_threads(sites),
             threads: self.threads,
             dtype: T::DTYPE.name(),
             wall_ms: start.elapsed().as_secs_f64() * 1e3,
@@ -476,8 +506,14 @@ impl<T: Elem> ThreadRuntime<T> {
     }
 }
 
+/// The most kernel threads a runtime starts (`tra run --threads` above it is refused).
+pub const MAX_KERNEL_THREADS: usize = 1024;
+
 /// Stack of a site thread (kernels run on the kernel threads).
 const SITE_STACK: usize = 1 << 20;
+
+/// Kernel calls of one node and site between two looks at the deadline.
+const CHUNK: usize = 256;
 
 /// A barrier that can be abandoned: when a site cannot go on (its thread did
 /// not start, or it unwound), the others are released instead of waiting
@@ -587,6 +623,10 @@ impl Step {
 
 type List<T> = Arc<Vec<Tuple<T>>>;
 
+/// The tuples one site routed in a shuffle, with their destinations, sorted
+/// by destination (each taken by its destination when collected).
+type Routed<T> = Vec<(usize, Option<Tuple<T>>)>;
+
 /// Global facts about an aggregation's input, computed once.
 #[derive(Default)]
 struct Aux {
@@ -601,7 +641,8 @@ struct Slot<T: Elem> {
     own: Vec<Mutex<Option<List<T>>>>,
     every: Mutex<Option<List<T>>>,
     aux: Mutex<Option<Arc<Aux>>>,
-    outbox: Vec<Mutex<Vec<Vec<Tuple<T>>>>>,
+    /// Per source site: the tuples it routed.
+    outbox: Vec<Mutex<Routed<T>>>,
     moved: AtomicU64,
     tuples: AtomicU64,
     busy_ns: Vec<AtomicU64>,
@@ -630,6 +671,8 @@ struct Ctx<'a, T: Elem> {
     slots: &'a [Slot<T>],
     pool: &'a Pool<T>,
     workers: &'a rayon::ThreadPool,
+    /// Site threads (site `s` on thread `s mod threads`).
+    threads: usize,
     barrier: Gate,
     /// The first step any site failed at: every site stops after that
     /// step's barrier (a site that fails a later step while a slow one is
@@ -638,6 +681,7 @@ struct Ctx<'a, T: Elem> {
     /// (step, site, error): the first by step, then site, wins.
     error: Mutex<Option<(usize, usize, InterpError)>>,
     progress: Option<Arc<Progress>>,
+    deadline: Option<Deadline>,
 }
 
 fn panic_message(e: Box<dyn std::any::Any + Send>) -> String {
@@ -691,7 +735,24 @@ impl<'a, T: Elem> Ctx<'a, T> {
         Exec { pool: self.pool, workers: self.workers, flops: self.progress.as_ref().map(|p| &p.flops_done) }
     }
 
-    fn site_main(&self, s: usize) {
+    /// The sites site thread `t` serves: `t`, `t + threads`, …
+    fn sites_of(&self, t: usize) -> Vec<usize> {
+        (t..self.sites).step_by(self.threads).collect()
+    }
+
+    /// Whether site `s` must not do step `i`: the deadline has passed (the
+    /// run then fails at this step).
+    fn stopped(&self, i: usize, s: usize) -> bool {
+        match &self.deadline {
+            Some(d) if d.passed() => {
+                self.fail(i, s, InterpError::Stopped { node: self.steps[i].name.clone(), reason: d.reason() });
+                true
+            }
+            _ => false,
+        }
+    }
+
+    fn thread_main(&self, t: usize) {
         // Should this thread unwind, the others must not wait for it.
         struct AbortOnUnwind<'g>(&'g Gate);
         impl Drop for AbortOnUnwind<'_> {
@@ -702,21 +763,67 @@ impl<'a, T: Elem> Ctx<'a, T> {
             }
         }
         let _guard = AbortOnUnwind(&self.barrier);
+        let sites = self.sites_of(t);
         for (i, step) in self.steps.iter().enumerate() {
             let t0 = Instant::now();
+            let slot = &self.slots[step.slot];
+            let timed = |s: usize, f: &mut dyn FnMut()| {
+                let t1 = Instant::now();
+                f();
+                slot.busy_ns[s].fetch_add(t1.elapsed().as_nanos() as u64, Ordering::Relaxed);
+            };
             if !step.skip {
                 match step.kind {
-                    Kind::Shuffle => self.shuffle(i, s),
-                    Kind::Broadcast => if let Some(()) = self.guarded(i, s, || self.broadcast(i, s)) {},
-                    Kind::Local => if let Some(()) = self.guarded(i, s, || self.local(i, s)) {},
+                    Kind::Shuffle => {
+                        // Phase 1: every site of this thread routes its tuples.
+                        let mut kept = Vec::with_capacity(sites.len());
+                        for &s in &sites {
+                            let mut mine = None;
+                            timed(s, &mut || {
+                                if !self.stopped(i, s) {
+                                    mine = self.guarded(i, s, || self.shuffle_route(i, s));
+                                }
+                            });
+                            kept.push(mine);
+                        }
+                        if !self.barrier.wait() {
+                            return;
+                        }
+                        // Phase 2: every site collects its inbox.
+                        for (&s, mut mine) in sites.iter().zip(kept) {
+                            if mine.is_some() {
+                                timed(s, &mut || {
+                                    if let Some(m) = mine.take() {
+                                        self.shuffle_collect(i, s, m)
+                                    }
+                                });
+                            }
+                        }
+                    }
+                    Kind::Broadcast => {
+                        for &s in &sites {
+                            timed(s, &mut || {
+                                if !self.stopped(i, s) {
+                                    self.guarded(i, s, || self.broadcast(i, s));
+                                }
+                            });
+                        }
+                    }
+                    Kind::Local => {
+                        for &s in &sites {
+                            timed(s, &mut || {
+                                if !self.stopped(i, s) {
+                                    self.guarded(i, s, || self.local(i, s));
+                                }
+                            });
+                        }
+                    }
                 }
             }
-            let slot = &self.slots[step.slot];
-            slot.busy_ns[s].store(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
             if !self.barrier.wait() {
                 return;
             }
-            if s == 0 {
+            if t == 0 {
                 slot.wall_ns.store(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
                 if let Some(p) = &self.progress {
                     p.nodes_done.fetch_add(1, Ordering::Relaxed);
@@ -725,9 +832,15 @@ impl<'a, T: Elem> Ctx<'a, T> {
             if self.failed_at.load(Ordering::SeqCst) <= i {
                 return;
             }
-            for &r in &step.release {
-                *lock(&self.slots[r].own[s]) = None;
-                if s == 0 {
+            for &s in &sites {
+                // Every inbox has been collected: the outboxes go.
+                lock(&slot.outbox[s]).clear();
+                for &r in &step.release {
+                    *lock(&self.slots[r].own[s]) = None;
+                }
+            }
+            if t == 0 {
+                for &r in &step.release {
                     *lock(&self.slots[r].every) = None;
                 }
             }
@@ -787,51 +900,94 @@ impl<'a, T: Elem> Ctx<'a, T> {
         })
     }
 
-    fn shuffle(&self, i: usize, s: usize) {
+    /// Phase 1 of a shuffle on site `s`: route the site's tuples into its
+    /// outbox, sorted by destination; the replicated tuples bound for `s`
+    /// itself are returned (kept here).
+    fn shuffle_route(&self, i: usize, s: usize) -> Res<Vec<Tuple<T>>> {
         let step = &self.steps[i];
         let IaOp::Shuffle { dims, .. } = &self.plan.nodes[&step.name] else { unreachable!() };
         let x = step.args[0];
         let slot = &self.slots[step.slot];
-        // Phase 1: route this site's tuples; keep the replicated tuples bound here.
-        let mine = self.guarded(i, s, || {
-            let mut buckets: Vec<Vec<Tuple<T>>> = vec![Vec::new(); self.sites];
-            let mut moved = 0u64;
-            for t in self.own(x, s).iter() {
-                project(&step.name, &t.0, dims)?;
+        let mut routed: Routed<T> = Vec::new();
+        let mut moved = 0u64;
+        for t in self.own(x, s).iter() {
+            project(&step.name, &t.0, dims)?;
+            moved += t.1.len() as u64;
+            routed.push((site_of(&t.0, dims, self.sites), Some(t.clone())));
+        }
+        // Stable: the tuples for one destination keep their order.
+        routed.sort_by_key(|r| r.0);
+        let mut mine = Vec::new();
+        for t in self.every(x).iter() {
+            project(&step.name, &t.0, dims)?;
+            if site_of(&t.0, dims, self.sites) == s {
                 moved += t.1.len() as u64;
-                buckets[site_of(&t.0, dims, self.sites)].push(t.clone());
-            }
-            let mut mine = Vec::new();
-            for t in self.every(x).iter() {
-                project(&step.name, &t.0, dims)?;
-                if site_of(&t.0, dims, self.sites) == s {
-                    moved += t.1.len() as u64;
-                    mine.push(t.clone());
-                }
-            }
-            slot.moved.fetch_add(moved, Ordering::Relaxed);
-            *lock(&slot.outbox[s]) = buckets;
-            Ok(mine)
-        });
-        if !self.barrier.wait() {
-            return;
-        }
-        // Phase 2: collect the inbox.
-        if let Some(mine) = mine {
-            let mut got: Vec<Tuple<T>> = Vec::new();
-            for src in 0..self.sites {
-                let mut out = lock(&slot.outbox[src]);
-                if let Some(b) = out.get_mut(s) {
-                    got.append(b);
-                }
-            }
-            got.extend(mine);
-            got.sort_by(|a, b| a.0.cmp(&b.0));
-            self.store(i, s, got);
-            if s == 0 {
-                *lock(&slot.every) = Some(Arc::default());
+                mine.push(t.clone());
             }
         }
+        slot.moved.fetch_add(moved, Ordering::Relaxed);
+        *lock(&slot.outbox[s]) = routed;
+        Ok(mine)
+    }
+
+    /// Phase 2 of a shuffle on site `s` (after the barrier): the tuples every
+    /// site routed here, in source-site order, then the kept replicated ones.
+    fn shuffle_collect(&self, i: usize, s: usize, mine: Vec<Tuple<T>>) {
+        let slot = &self.slots[self.steps[i].slot];
+        let mut got: Vec<Tuple<T>> = Vec::new();
+        for src in 0..self.sites {
+            let mut out = lock(&slot.outbox[src]);
+            if out.is_empty() {
+                continue;
+            }
+            let lo = out.partition_point(|r| r.0 < s);
+            let hi = out.partition_point(|r| r.0 <= s);
+            got.extend(out[lo..hi].iter_mut().filter_map(|r| r.1.take()));
+        }
+        got.extend(mine);
+        got.sort_by(|a, b| a.0.cmp(&b.0));
+        self.store(i, s, got);
+        if s == 0 {
+            *lock(&slot.every) = Some(Arc::default());
+        }
+    }
+
+    /// `f` over `items` in chunks of [`CHUNK`], the deadline checked before
+    /// each chunk; the results concatenated in order (one call without a deadline).
+    fn in_chunks<I, R>(&self, i: usize, items: Vec<I>, f: impl Fn(Vec<I>) -> Res<Vec<R>>) -> Res<Vec<R>> {
+        if self.deadline.is_none() || items.len() <= CHUNK {
+            return f(items);
+        }
+        let mut out = Vec::with_capacity(items.len());
+        let mut it = items.into_iter().peekable();
+        while it.peek().is_some() {
+            self.check_deadline(i)?;
+            out.extend(f(it.by_ref().take(CHUNK).collect())?);
+        }
+        Ok(out)
+    }
+
+    /// An error once the run's deadline has passed (step `i` was running).
+    fn check_deadline(&self, i: usize) -> Res<()> {
+        match &self.deadline {
+            Some(d) if d.passed() => Err(InterpError::Stopped { node: self.steps[i].name.clone(), reason: d.reason() }),
+            _ => Ok(()),
+        }
+    }
+
+    /// [`Self::in_chunks`] for operators whose output is sorted by key.
+    fn in_sorted_chunks<I>(
+        &self,
+        i: usize,
+        items: Vec<I>,
+        f: impl Fn(Vec<I>) -> Res<Vec<Tuple<T>>>,
+    ) -> Res<Vec<Tuple<T>>> {
+        let chunked = self.deadline.is_some() && items.len() > CHUNK; // else one call, already sorted
+        let mut out = self.in_chunks(i, items, f)?;
+        if chunked {
+            out.sort_by(|a, b| a.0.cmp(&b.0)); // stable: as one call would order them
+        }
+        Ok(out)
     }
 
     // -----------------------------------------------------------------------
@@ -853,20 +1009,33 @@ impl<'a, T: Elem> Ctx<'a, T> {
             }
             IaOp::LocalMap { key, .. } => {
                 let x = step.args[0];
-                let own = map(self.exec(), node, key.as_ref(), step.kernel.as_ref(), &self.own(x, s))?;
+                let kernel = step.kernel.as_ref();
+                let run = |list: List<T>| -> Res<Vec<Tuple<T>>> {
+                    if self.deadline.is_none() || list.len() <= CHUNK {
+                        return map(self.exec(), node, key.as_ref(), kernel, &list);
+                    }
+                    let mut out = Vec::with_capacity(list.len());
+                    for c in list.chunks(CHUNK) {
+                        self.check_deadline(i)?;
+                        out.extend(map(self.exec(), node, key.as_ref(), kernel, c)?);
+                    }
+                    out.sort_by(|a, b| a.0.cmp(&b.0)); // stable: as one call would order them
+                    Ok(out)
+                };
+                let own = run(self.own(x, s))?;
                 self.store(i, s, own);
-                self.every_once(i, || map(self.exec(), node, key.as_ref(), step.kernel.as_ref(), &self.every(x)))
+                self.every_once(i, || run(self.every(x)))
             }
             IaOp::LocalJoin { left_keys, right_keys, .. } => {
                 let (l, r) = (step.args[0], step.args[1]);
                 let k = step.kernel.as_ref().expect("join kernel");
                 let (lo, le, ro, re) = (self.own(l, s), self.every(l), self.own(r, s), self.every(r));
                 let pairs = join_pairs(node, left_keys, right_keys, &lo, &le, &ro, &re, false)?;
-                let own = join_blocks(self.exec(), node, k, pairs)?;
+                let own = self.in_sorted_chunks(i, pairs, |c| join_blocks(self.exec(), node, k, c))?;
                 self.store(i, s, own);
                 self.every_once(i, || {
                     let pairs = join_pairs(node, left_keys, right_keys, &[], &le, &[], &re, true)?;
-                    join_blocks(self.exec(), node, k, pairs)
+                    self.in_sorted_chunks(i, pairs, |c| join_blocks(self.exec(), node, k, c))
                 })
             }
             IaOp::LocalAggregate { group_by, kernel, .. } => {
@@ -897,12 +1066,13 @@ impl<'a, T: Elem> Ctx<'a, T> {
                 let own_items: Vec<(&Key, bool, &SharedBlock<T>)> = own.iter().map(|t| (&t.0, false, &t.1)).collect();
                 let every_items: Vec<(&Key, bool, &SharedBlock<T>)> =
                     every.iter().map(|t| (&t.0, true, &t.1)).collect();
-                let groups = agg_groups(node, group_by, &own_items, &every_items, aux.at_groups.as_ref(), false)?;
-                let out = agg_blocks(self.exec(), node, k, concat, aux.concat_count, groups)?;
+                let fold = |groups| {
+                    self.in_chunks(i, groups, |c| agg_blocks(self.exec(), node, k, concat, aux.concat_count, c))
+                };
+                let out = fold(agg_groups(node, group_by, &own_items, &every_items, aux.at_groups.as_ref(), false)?)?;
                 self.store(i, s, out);
                 self.every_once(i, || {
-                    let groups = agg_groups(node, group_by, &[], &every_items, aux.at_groups.as_ref(), true)?;
-                    agg_blocks(self.exec(), node, k, concat, aux.concat_count, groups)
+                    fold(agg_groups(node, group_by, &[], &every_items, aux.at_groups.as_ref(), true)?)
                 })
             }
             IaOp::Broadcast { .. } | IaOp::Shuffle { .. } => unreachable!("exchanges are not local"),
@@ -976,7 +1146,8 @@ impl<'a, T: Elem> Ctx<'a, T> {
         // site has fewer output blocks than kernel threads is a product split.
         let threads = self.workers.current_num_threads();
         let split = if groups.is_empty() || groups.len() >= threads { 1 } else { threads / groups.len() };
-        matmul_groups(self.exec(), node, jname, agg_kernel, jk, kind, groups, split)
+        let i = self.steps.iter().position(|s| s.name == node).expect("a step of the plan");
+        self.in_chunks(i, groups, |c| matmul_groups(self.exec(), node, jname, agg_kernel, jk, kind, c, split))
     }
 }
 
