@@ -239,6 +239,9 @@ pub struct MergeFailure {
     /// graph (congruence), every rule that changed the graph in that
     /// iteration.
     pub rules: Vec<&'static str>,
+    /// True when the merge came from rebuilding the graph (`rules` are then
+    /// the suspects, not the rule that was applying).
+    pub while_rebuilding: bool,
     /// The program nodes (inputs or nodes, by name) nearest above the two
     /// classes.
     pub at: Vec<String>,
@@ -280,11 +283,10 @@ pub fn conflict(a: &ClassData, b: &ClassData) -> Option<String> {
 /// The program nodes nearest above `classes` (breadth first through parent
 /// e-nodes), by name; several at the same distance are all given.
 fn program_nodes_above(eg: &TraEGraph, classes: &[Id]) -> Vec<String> {
-    let named: HashMap<Id, Vec<&str>> =
-        eg.analysis.program_nodes.iter().fold(HashMap::new(), |mut m, (name, id)| {
-            m.entry(eg.find(*id)).or_default().push(name.as_str());
-            m
-        });
+    let named: HashMap<Id, Vec<&str>> = eg.analysis.program_nodes.iter().fold(HashMap::new(), |mut m, (name, id)| {
+        m.entry(eg.find(*id)).or_default().push(name.as_str());
+        m
+    });
     let mut seen: std::collections::HashSet<Id> = classes.iter().map(|c| eg.find(*c)).collect();
     let mut frontier: Vec<Id> = seen.iter().copied().collect();
     // A bound on the walk: graphs of a million nodes are not walked whole.
@@ -595,13 +597,10 @@ impl Analysis<Ia> for TraAnalysis {
         if let Some(detail) = conflict(&egraph[a].data, &egraph[b].data) {
             // `merge` panics next; record who and where while the graph is whole.
             let rule = current_rule();
-            let rules = if rule == "program" {
-                CHANGED_THIS_ITERATION.with(|c| c.borrow().clone())
-            } else {
-                vec![rule]
-            };
+            let while_rebuilding = rule == "program";
+            let rules = if while_rebuilding { CHANGED_THIS_ITERATION.with(|c| c.borrow().clone()) } else { vec![rule] };
             let at = program_nodes_above(egraph, &[a, b]);
-            MERGE_FAILURE.with(|f| *f.borrow_mut() = Some(MergeFailure { rules, at, detail }));
+            MERGE_FAILURE.with(|f| *f.borrow_mut() = Some(MergeFailure { rules, while_rebuilding, at, detail }));
         }
     }
 

@@ -5,8 +5,8 @@
 //! [`optimize_with`] can retry without it ([`crate::rule_failure`]).
 
 use crate::check::check_program;
-use crate::cost::{Cost, Weights};
 use crate::check::TypedProgram;
+use crate::cost::{Cost, Weights};
 use crate::egraph::{
     add_program, current_rule, set_current_rule, start_iteration, take_merge_failure, ExtractedPlan, Ia, Param,
     TraAnalysis, TraEGraph,
@@ -315,12 +315,11 @@ fn attempt(
     let applying = current_rule();
     set_current_rule("program");
     let (eg, iterations, stop) = run.map_err(|message| {
-        let (rules, at) = match take_merge_failure() {
-            Some(m) => (m.rules, m.at),
-            None if applying != "program" => (vec![applying], vec![]),
-            None => (vec![], vec![]),
+        let (rules, while_rebuilding, at) = match take_merge_failure() {
+            Some(m) => (m.rules, m.while_rebuilding, m.at),
+            None => ((applying != "program").then_some(applying).into_iter().collect(), false, vec![]),
         };
-        AttemptError::Rule(RuleFailure { rules, at, message })
+        AttemptError::Rule(RuleFailure { rules, while_rebuilding, at, message })
     })?;
 
     if std::env::var_os("TRA_PROFILE").is_some() {
@@ -349,8 +348,8 @@ fn attempt(
             Ok(x) => x,
             Err(output) if allowed.is_empty() => {
                 return Err(AttemptError::Error(OptimizeError::Limit(format!(
-                    "saturation stopped ({stop_reason}) before output `{output}` had an executable plan; raise the limits"
-                ))))
+                "saturation stopped ({stop_reason}) before output `{output}` had an executable plan; raise the limits"
+            ))))
             }
             Err(_) => continue,
         };

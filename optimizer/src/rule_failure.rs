@@ -49,6 +49,9 @@ pub(crate) struct RuleFailure {
     /// The rule (several when the failure showed while the graph was
     /// rebuilt: every rule that changed it in that iteration).
     pub(crate) rules: Vec<&'static str>,
+    /// True when `rules` are suspects (the failure showed while the graph
+    /// was rebuilt), not the rule that was applying.
+    pub(crate) while_rebuilding: bool,
     /// The program nodes nearest above the failure.
     pub(crate) at: Vec<String>,
     /// The panic's message.
@@ -58,8 +61,10 @@ pub(crate) struct RuleFailure {
 impl std::fmt::Display for RuleFailure {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{}", self.message)?;
-        if !self.message.contains("rule ") && !self.rules.is_empty() {
-            write!(f, " (rules that changed the graph then: {})", self.rules.join(", "))?;
+        if self.while_rebuilding && !self.rules.is_empty() {
+            write!(f, " (while rebuilding the e-graph; the rules that changed it then: {})", self.rules.join(", "))?;
+        } else if !self.message.contains("rule ") && !self.rules.is_empty() {
+            write!(f, " (in rule {})", self.rules.join(", "))?;
         }
         if !self.at.is_empty() {
             write!(f, ", at program node {}", self.at.join(", "))?;
@@ -141,8 +146,13 @@ pub(crate) fn retrying(
                     rule: rule.to_string(),
                     at: at.clone(),
                     message: format!(
-                        "rule {rule} broke an invariant of the optimizer's e-graph{} ({}): a bug in tra; the plan \
+                        "rule {rule} {} an invariant of the optimizer's e-graph{} ({}): a bug in tra; the plan \
                          was found without it and may cost more than the best one",
+                        if failure.while_rebuilding {
+                            "changed the e-graph in the iteration that broke"
+                        } else {
+                            "broke"
+                        },
                         if at.is_empty() { String::new() } else { format!(" at program node {at}") },
                         failure.message
                     ),
@@ -159,4 +169,3 @@ pub(crate) fn retrying(
         }
     }
 }
-
