@@ -39,7 +39,7 @@ use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tra_optimizer::check::check_plan;
 use tra_optimizer::cost::{self, Weights};
-use tra_optimizer::optimize::{optimize, Limits, OptimizeAnswer};
+use tra_optimizer::optimize::{optimize_with, Limits, OnRuleFailure, OptimizeAnswer};
 use tra_optimizer::rule::RuleDef;
 use tra_optimizer::{Plan, Program};
 
@@ -96,6 +96,10 @@ pub struct ServerConfig {
     pub max_concurrent_executions: usize,
     /// Optimize answers kept for programs asked again (default 256; 0: none).
     pub answer_cache: usize,
+    /// Answer 500 when a rewrite rule fails (breaks an invariant of the
+    /// e-graph) instead of optimizing again without it and answering with a
+    /// warning (default false; `tra serve --strict`).
+    pub strict: bool,
 }
 
 impl Default for ServerConfig {
@@ -110,6 +114,7 @@ impl Default for ServerConfig {
             max_execute_floats: 50_000_000,
             max_concurrent_executions: 2,
             answer_cache: 256,
+            strict: false,
         }
     }
 }
@@ -157,7 +162,11 @@ const _: fn() = || {
 impl AppState {
     /// Build the state: the rule set (once), the static answers, the semaphores.
     pub fn new(config: ServerConfig) -> AppState {
-        let rules = tra_rules::all();
+        AppState::with_rules(config, tra_rules::all())
+    }
+
+    /// The same with another rule set (tests of a broken rule).
+    pub fn with_rules(config: ServerConfig, rules: Vec<RuleDef>) -> AppState {
         let rules_json = Value::Array(
             rules
                 .iter()
@@ -209,9 +218,10 @@ impl AppState {
             .map_err(|_| ApiError::internal("the optimization queue is closed"))?;
         let rules = self.inner.rules.clone();
         let limits = self.inner.config.limits();
+        let on_failure = if self.inner.config.strict { OnRuleFailure::Fail } else { OnRuleFailure::Retry };
         let answer = tokio::task::spawn_blocking(move || {
             let _permit = permit;
-            optimize(&program, &rules, &limits).map(|answer| {
+            optimize_with(&program, &rules, &limits, on_failure).map(|answer| {
                 let json = answer_json(&program, &answer);
                 let body = Bytes::from(serde_json::to_vec(&json).expect("JSON encodes"));
                 Arc::new(CachedAnswer { answer, json, body })
@@ -277,8 +287,14 @@ pub fn answer_json(program: &Program, answer: &OptimizeAnswer) -> Value {
 
 /// The whole service as an axum router (useful for tests and embedding).
 pub fn router(config: ServerConfig) -> Router {
+    router_with_rules(config, tra_rules::all())
+}
+
+/// The service with another rule set than every rule of `tra_rules` (tests
+/// of how it answers when a rule is broken).
+pub fn router_with_rules(config: ServerConfig, rules: Vec<RuleDef>) -> Router {
     let body_limit = config.max_body_bytes;
-    let state = AppState::new(config);
+    let state = AppState::with_rules(config, rules);
     Router::new()
         .route("/", get(index))
         .route("/web/{*path}", get(web_asset))

@@ -134,6 +134,7 @@ pub(super) async fn execute_handler(
         "cost": answer.cost,
         "report": optimized.json["report"],
         "outputs": outputs,
+        "warnings": answer.warnings,
     })))
 }
 
