@@ -29,15 +29,7 @@ async fn start_with(config: ServerConfig, rules: Vec<RuleDef>) -> SocketAddr {
 }
 
 fn diag_of_product() -> Value {
-    json!({
-        "inputs": {"A": {"key_bounds": [2, 2], "array_bounds": [6, 6]}, "B": {"key_bounds": [2, 2], "array_bounds": [6, 6]}},
-        "nodes": {"J": {"op": "join", "left": "A", "right": "B", "left_keys": [1], "right_keys": [0], "kernel": "matMul"},
-                  "S": {"op": "aggregate", "input": "J", "group_by": [0, 2], "kernel": "matAdd"},
-                  "F": {"op": "filter", "input": "S", "predicate": "k0 == k1"},
-                  "R": {"op": "rekey", "input": "F", "key": "[k0]"},
-                  "D": {"op": "transform", "input": "R", "kernel": "diag"}},
-        "outputs": ["D"], "cluster": {"sites": 5}
-    })
+    serde_json::from_str(tra_tests::DIAG_OF_PRODUCT).expect("JSON")
 }
 
 #[tokio::test]

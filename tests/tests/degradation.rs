@@ -30,17 +30,7 @@ fn without(name: &str) -> Vec<RuleDef> {
 }
 
 fn diag_of_product(sites: usize) -> Program {
-    let mut p = tra_tests::program(
-        r#"{
-        "inputs": {"A": {"key_bounds": [2, 2], "array_bounds": [3, 3]}, "B": {"key_bounds": [2, 2], "array_bounds": [3, 3]}},
-        "nodes": {"J": {"op": "join", "left": "A", "right": "B", "left_keys": [1], "right_keys": [0], "kernel": "matMul"},
-                  "S": {"op": "aggregate", "input": "J", "group_by": [0, 2], "kernel": "matAdd"},
-                  "F": {"op": "filter", "input": "S", "predicate": "k0 == k1"},
-                  "R": {"op": "rekey", "input": "F", "key": "[k0]"},
-                  "D": {"op": "transform", "input": "R", "kernel": "diag"}},
-        "outputs": ["D"]
-    }"#,
-    );
+    let mut p = tra_tests::program(tra_tests::DIAG_OF_PRODUCT);
     p.cluster = Some(Cluster { sites, ..p.cluster() });
     p
 }

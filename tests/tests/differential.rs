@@ -95,30 +95,9 @@ fn composite_programs_agree_on_both_executors() {
     assert!(plans as u64 >= composite_cases());
 }
 
-/// The program of the report: `diag(A·B)` over 2×2 blocks of 6×6.
-const DIAG_OF_PRODUCT: &str = r#"{
-  "inputs": {"A": {"key_bounds": [2, 2], "array_bounds": [6, 6]}, "B": {"key_bounds": [2, 2], "array_bounds": [6, 6]}},
-  "nodes": {"J": {"op": "join", "left": "A", "right": "B", "left_keys": [1], "right_keys": [0], "kernel": "matMul"},
-            "S": {"op": "aggregate", "input": "J", "group_by": [0, 2], "kernel": "matAdd"},
-            "F": {"op": "filter", "input": "S", "predicate": "k0 == k1"},
-            "R": {"op": "rekey", "input": "F", "key": "[k0]"},
-            "D": {"op": "transform", "input": "R", "kernel": "diag"}},
-  "outputs": ["D"], "cluster": {"sites": 5}
-}"#;
-
-/// Its minimal form: aggregate by both dims of a [2, 1] relation, a rekey
-/// that drops the dim of bound 1, a kernel that distributes over matAdd.
-const MINIMAL_FORM: &str = r#"{
-  "inputs": {"X": {"key_bounds": [2, 1], "array_bounds": [3, 4]}},
-  "nodes": {"S": {"op": "aggregate", "input": "X", "group_by": [0, 1], "kernel": "matAdd"},
-            "R": {"op": "rekey", "input": "S", "key": "[k0]"},
-            "T": {"op": "transform", "input": "R", "kernel": "scale(2)"}},
-  "outputs": ["T"], "cluster": {"sites": 1}
-}"#;
-
 #[test]
 fn programs_that_crashed_the_optimizer_run_on_every_site_count() {
-    for (name, json) in [("diag(A·B)", DIAG_OF_PRODUCT), ("minimal form", MINIMAL_FORM)] {
+    for (name, json) in [("diag(A·B)", tra_tests::DIAG_OF_PRODUCT), ("minimal form", tra_tests::MINIMAL_FORM)] {
         let base = tra_tests::program(json);
         for sites in 1..=7 {
             let mut p = base.clone();
