@@ -85,10 +85,11 @@ thread_local! {
     static QUIET_PANICS: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
-/// Run `f`, catching a panic; with `quiet`, the panic is not printed by the
-/// default hook (the caller logs it). The hook that honours `quiet` is
-/// installed once and hands every other panic to the hook it replaced.
-pub(crate) fn catch_panic<T>(quiet: bool, f: impl FnOnce() -> T) -> Result<T, String> {
+/// Run `f`, catching a panic, whose message is the error; with `quiet`, the
+/// panic is not printed by the panic hook (the caller reports it). The hook
+/// that honours `quiet` is installed once and hands every other panic to the
+/// hook it replaced.
+pub fn catch_panic<T>(quiet: bool, f: impl FnOnce() -> T) -> Result<T, String> {
     static HOOK: std::sync::Once = std::sync::Once::new();
     if quiet {
         HOOK.call_once(|| {
@@ -107,7 +108,7 @@ pub(crate) fn catch_panic<T>(quiet: bool, f: impl FnOnce() -> T) -> Result<T, St
         e.downcast_ref::<String>()
             .cloned()
             .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
-            .unwrap_or_else(|| "a rule panicked".into())
+            .unwrap_or_else(|| "a panic without a message".into())
     })
 }
 

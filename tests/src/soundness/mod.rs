@@ -37,11 +37,9 @@ use egg::{
     Applier, ENodeOrVar, Id, Language, Pattern, PatternAst, RecExpr, Rewrite, Runner, SimpleScheduler, Subst, Symbol,
 };
 use indexmap::IndexMap;
-use std::cell::Cell;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fmt;
-use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::{Arc, Mutex, Once};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tra_executor::reference::{self, AnyLayout, Relation};
 use tra_optimizer::check::check_program;
@@ -54,31 +52,11 @@ use tra_optimizer::Program;
 // ---------------------------------------------------------------------------
 // Panics: caught, kept quiet, classified.
 
-thread_local! {
-    static QUIET: Cell<bool> = const { Cell::new(false) };
-}
-
 /// Run `f`, catching a panic without printing it (the caller reports it).
 pub fn quietly<T>(f: impl FnOnce() -> T) -> Result<T, String> {
-    static HOOK: Once = Once::new();
-    HOOK.call_once(|| {
-        let previous = std::panic::take_hook();
-        std::panic::set_hook(Box::new(move |info| {
-            if !QUIET.with(|q| q.get()) {
-                previous(info)
-            }
-        }));
-    });
-    let was = QUIET.with(|q| q.replace(true));
-    let r = catch_unwind(AssertUnwindSafe(f));
-    QUIET.with(|q| q.set(was));
+    let r = tra_optimizer::rule_failure::catch_panic(true, f);
     set_current_rule("program");
-    r.map_err(|e| {
-        e.downcast_ref::<String>()
-            .cloned()
-            .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
-            .unwrap_or_else(|| "a panic without a message".into())
-    })
+    r
 }
 
 /// How a failure showed itself.
