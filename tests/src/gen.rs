@@ -136,7 +136,10 @@ fn try_random_program<R: Rng>(rng: &mut R, opts: GenOptions) -> Option<Program> 
             }
             5 => {
                 let key = match a.frontier.len() {
-                    2 => *["[k1, k0]", "[k0, k1, 0..2]", "[k0 * 4 + k1]"].choose(rng).unwrap(),
+                    // `[k0]`, `[k1]` drop a dim: valid after a filter `k0 == k1`
+                    // or when the dropped dim has bound 1 (else the check
+                    // rejects the node and another is drawn).
+                    2 => *["[k1, k0]", "[k0, k1, 0..2]", "[k0 * 4 + k1]", "[k0]", "[k1]"].choose(rng).unwrap(),
                     1 => *["[k0 + 1]", "[k0, 0..2]", "[0, k0]"].choose(rng).unwrap(),
                     _ => continue,
                 };
@@ -144,8 +147,11 @@ fn try_random_program<R: Rng>(rng: &mut R, opts: GenOptions) -> Option<Program> 
             }
             6 | 7 => {
                 let square = a.block.len() == 2 && a.block[0] == a.block[1];
-                let choices: &[&str] =
-                    if square { &["relu", "transpose", "scale(2)", "sigmoid", "neg"] } else { &["relu", "scale(2)"] };
+                let choices: &[&str] = if square {
+                    &["relu", "transpose", "scale(2)", "sigmoid", "neg", "diag"]
+                } else {
+                    &["relu", "scale(2)"]
+                };
                 json!({"op": "transform", "input": a.name, "kernel": choices.choose(rng).unwrap()})
             }
             8 => {
