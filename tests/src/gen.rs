@@ -315,7 +315,7 @@ fn try_composite<R: Rng>(rng: &mut R, sites: usize) -> Option<Program> {
                 x = c.transform(&s, "relu");
             }
             "mask" => x = c.filter(&x, MASKS.choose(rng).unwrap()),
-            "scale" => x = c.transform(&x, *["scale(2)", "neg"].choose(rng).unwrap()),
+            "scale" => x = c.transform(&x, ["scale(2)", "neg"].choose(rng).unwrap()),
             _ => {}
         }
     }
