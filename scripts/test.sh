@@ -5,5 +5,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo test --workspace --no-fail-fast "$@"
 bash scripts/client-test.sh
+python3 scripts/programs-numpy-test.py
 python3 scripts/einsum-numpy-test.py
 bash scripts/web-test.sh

@@ -400,6 +400,13 @@ function render() {
     const r = state.rules.get(name);
     return `<li><span class="rule-name mono">${esc(name)}</span>${r ? ` <span class="fam">${esc(r.family)}</span><div class="eq mono">${esc(r.equation)}</div><div class="cond muted small">${esc(r.condition)}</div>` : ""}</li>`;
   }).join("") : `<li class="muted">No rewrite rule fired: the plan is the direct lowering.</li>`;
+  // A rule that failed was left out (the plan was found without it): say so first.
+  const warnings = answer.warnings || [];
+  if (warnings.length) {
+    $("rules").innerHTML = warnings.map((w) =>
+      `<li class="error"><div class="error-head">rule <code>${esc(w.rule)}</code> was left out${w.at ? ` (at <code>${esc(w.at)}</code>)` : ""}</div><div class="error-msg small">${esc(w.message)}</div></li>`,
+    ).join("") + $("rules").innerHTML;
+  }
   const s = answer.stats || {};
   $("egraph").innerHTML = [
     ["e-nodes", full(s.egraph_nodes)], ["e-classes", full(s.egraph_classes)], ["iterations", full(s.iterations)],

@@ -60,11 +60,13 @@ pub struct ClusterArgs {
     #[arg(long, value_name = "SECONDS", default_value_t = DEFAULT_PEER_TIMEOUT_S)]
     pub peer_timeout: f64,
     /// Run the cheapest alternative plan whose label contains this text
-    /// (`BMM`, `CMM`, `RMM`, …) instead of the optimizer's choice (benchmarks).
+    /// (`BMM`, `CMM`, `RMM`, …) instead of the optimizer's choice (benchmarks;
+    /// on threads too).
     #[arg(long, value_name = "TEXT", conflicts_with = "plan")]
     pub alternative: Option<String>,
     /// Run this IA plan (JSON, as `tra optimize` writes plans) instead of
-    /// optimizing the program; its inputs must be the program's (benchmarks).
+    /// optimizing the program; its inputs and outputs must be the program's
+    /// (benchmarks; on threads too).
     #[arg(long, value_name = "PLAN.json")]
     pub plan: Option<PathBuf>,
 }
@@ -416,38 +418,10 @@ pub fn run_cluster_command(args: &RunArgs, cluster: &ClusterArgs) -> Result<Stri
     p.cluster = Some(Cluster { sites, ..p.cluster() });
     let (inputs, outputs, dtype) = crate::run::files_and_dtype(&p, args)?;
 
-    let (answer, optimize_ms) = crate::run::optimize_timed(&p)?;
-    let chosen = match &cluster.alternative {
-        None => answer.alternatives.first().cloned(),
-        Some(text) => {
-            let t = text.to_lowercase();
-            let found = answer.alternatives.iter().find(|a| a.label.to_lowercase().contains(&t)).cloned();
-            if found.is_none() {
-                let labels: Vec<&str> = answer.alternatives.iter().map(|a| a.label.as_str()).collect();
-                return Err(format!(
-                    "--alternative {text}: no alternative plan matches (the alternatives: {})",
-                    labels.join("; ")
-                ));
-            }
-            found
-        }
-    };
-    let (plan, label, predicted_floats) = match (&cluster.plan, &chosen) {
-        (Some(path), _) => {
-            let text = std::fs::read_to_string(path).map_err(|e| format!("--plan {}: {e}", path.display()))?;
-            let plan = tra_optimizer::Plan::from_json(&text)
-                .map_err(|e| format!("--plan {}: {}", path.display(), report(&e)))?;
-            if plan.inputs != p.inputs {
-                return Err(format!("--plan {}: its inputs differ from the program's", path.display()));
-            }
-            let typed = check_plan(&plan, sites).map_err(|e| format!("--plan {}: {}", path.display(), report(&e)))?;
-            let cost = plan_report(&plan, &typed, sites, Weights { network: 1.0, compute: 0.0 });
-            let floats = cost.values().map(|r| r.network_floats).sum();
-            (plan, Some(format!("the plan of {}", path.display())), floats)
-        }
-        (None, Some(a)) => (a.plan.clone(), Some(a.label.clone()), a.cost.network_floats),
-        (None, None) => (answer.plan.clone(), None, answer.cost.network_floats),
-    };
+    let (answer, optimize_ms) = crate::run::optimize_timed(&p, args.strict)?;
+    let choice = crate::run::PlanChoice { plan: cluster.plan.clone(), alternative: cluster.alternative.clone() };
+    let chosen = crate::run::choose_plan(&p, Some(&answer), &choice)?;
+    let (plan, label, predicted_floats) = (chosen.plan, chosen.label, chosen.network_floats);
     let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
     let threads = match (args.threads, &hosts) {
         (Some(t), _) => Some(t),
@@ -575,6 +549,7 @@ fn summary(
         },
         "operators": operators,
         "outputs": job.outputs,
+        "warnings": answer.warnings,
     });
     Ok(serde_json::to_string_pretty(&out).expect("JSON"))
 }

@@ -32,7 +32,7 @@ use tra_optimizer::einsum::{
     compile, BlockSpec, Compiled, EinsumError, Operand, OperandInfo, Options, OutputInfo, Request, DEFAULT_BLOCK,
     DEFAULT_OUTPUT,
 };
-use tra_optimizer::optimize::{optimize, Limits, OptimizeError};
+use tra_optimizer::optimize::{optimize_with, Limits, OnRuleFailure, OptimizeError};
 use tra_optimizer::rule::RuleDef;
 use tra_optimizer::{Cluster, ProgramError};
 
@@ -319,6 +319,10 @@ pub struct EinsumArgs {
     /// Print the TRA program (JSON) in the summary.
     #[arg(long)]
     pub show_program: bool,
+    /// Fail when a rewrite rule breaks an invariant of the optimizer, instead
+    /// of optimizing again without it (and warning).
+    #[arg(long)]
+    pub strict: bool,
 }
 
 /// An einsum error for a terminal: the message and a caret under the position.
@@ -393,10 +397,14 @@ pub fn einsum_command(args: EinsumArgs) -> Result<String, String> {
     let compile_ms = t_start.elapsed().as_secs_f64() * 1e3;
 
     let t_opt = Instant::now();
-    let answer = optimize(&compiled.program, rules(), &Limits::default()).map_err(|e| match e {
+    let on_failure = if args.strict { OnRuleFailure::Fail } else { OnRuleFailure::Retry };
+    let answer = optimize_with(&compiled.program, rules(), &Limits::default(), on_failure).map_err(|e| match e {
         OptimizeError::Program(e) => program_error(&e),
         other => format!("error: {other}"),
     })?;
+    for w in &answer.warnings {
+        eprintln!("warning [{}] at {}: {}", w.code, w.at, w.message);
+    }
     let optimize_ms = t_opt.elapsed().as_secs_f64() * 1e3;
 
     let t_load = Instant::now();
@@ -458,6 +466,7 @@ pub fn einsum_command(args: EinsumArgs) -> Result<String, String> {
             "compile": compile_ms, "optimize": optimize_ms, "load": load_ms, "run": run_ms,
             "total": t_start.elapsed().as_secs_f64() * 1e3,
         },
+        "warnings": answer.warnings,
     });
     if args.show_program {
         summary["program_json"] = serde_json::to_value(&compiled.program).expect("JSON");

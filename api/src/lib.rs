@@ -1,4 +1,6 @@
 //! tra's HTTP service and the example programs built into it.
+// The OpenAPI document is one `json!` literal, deeper than the default limit.
+#![recursion_limit = "256"]
 
 pub mod bench;
 pub mod cluster;

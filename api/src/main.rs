@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use tra_optimizer::check::{check_plan, check_program};
 use tra_optimizer::compile::compile;
 use tra_optimizer::cost::{plan_report, Weights};
-use tra_optimizer::optimize::{optimize, Limits, OptimizeError};
+use tra_optimizer::optimize::{optimize_with, Limits, OnRuleFailure, OptimizeError};
 use tra_optimizer::{Cluster, Program};
 
 #[derive(Parser)]
@@ -58,6 +58,10 @@ enum Command {
         /// Most saturation time, in milliseconds.
         #[arg(long, default_value_t = 10_000)]
         max_ms: u64,
+        /// Fail when a rewrite rule breaks an invariant of the optimizer,
+        /// instead of optimizing again without it (and warning).
+        #[arg(long)]
+        strict: bool,
     },
     // The help text is `ServeArgs`'s: the limits and how they apply.
     Serve(tra_api::server::flags::ServeArgs),
@@ -123,17 +127,19 @@ fn load(file: &str) -> Result<Program, String> {
 
 fn run(cli: Cli) -> Result<(), String> {
     match cli.command {
-        Command::Optimize { file, format, sites, max_nodes, max_ms } => {
+        Command::Optimize { file, format, sites, max_nodes, max_ms, strict } => {
             let limits =
                 Limits { nodes: max_nodes, time: std::time::Duration::from_millis(max_ms), ..Limits::default() };
-            optimize_cmd(&file, format, sites, limits)
+            let on_failure = if strict { OnRuleFailure::Fail } else { OnRuleFailure::Retry };
+            optimize_cmd(&file, format, sites, limits, on_failure)
         }
         Command::Rules { format } => rules_cmd(format),
         Command::Run { run, cluster } => {
             let summary = if cluster.active() {
                 tra_api::cluster::run_cluster_command(&run, &cluster)?
             } else {
-                tra_api::run::run_command(run)?
+                let choice = tra_api::run::PlanChoice { plan: cluster.plan, alternative: cluster.alternative };
+                tra_api::run::run_command_with(run, &choice)?
             };
             println!("{summary}");
             Ok(())
@@ -224,16 +230,25 @@ fn run(cli: Cli) -> Result<(), String> {
     }
 }
 
-fn optimize_cmd(file: &str, format: Format, sites: Option<usize>, limits: Limits) -> Result<(), String> {
+fn optimize_cmd(
+    file: &str,
+    format: Format,
+    sites: Option<usize>,
+    limits: Limits,
+    on_failure: OnRuleFailure,
+) -> Result<(), String> {
     let mut p = load(file)?;
     if let Some(s) = sites {
         p.cluster = Some(Cluster { sites: s, ..p.cluster() });
     }
     let rules = tra_rules::all();
-    let answer = optimize(&p, &rules, &limits).map_err(|e| match e {
+    let answer = optimize_with(&p, &rules, &limits, on_failure).map_err(|e| match e {
         OptimizeError::Program(e) => report(&e),
         other => format!("error: {other}"),
     })?;
+    for w in &answer.warnings {
+        eprintln!("warning [{}] at {}: {}", w.code, w.at, w.message);
+    }
     match format {
         Format::Json => println!("{}", serde_json::to_string_pretty(&answer).unwrap()),
         Format::Text | Format::Dot => {

@@ -3,11 +3,13 @@
 //! `.npy` files (either layout, API.md "Execution"), run the chosen plan on
 //! worker threads, write the outputs, and answer a JSON summary: timings per
 //! operator, floats moved per shuffle and broadcast, measured next to the
-//! optimizer's prediction.
+//! optimizer's prediction. `--alternative TEXT` runs another of the
+//! optimizer's alternatives, `--plan FILE` a given IA plan ([`choose_plan`],
+//! shared with the cluster runtime).
 
 use std::collections::BTreeMap;
 use std::io::{IsTerminal, Read, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -15,8 +17,8 @@ use tra_executor::npy::{self, Layout};
 use tra_executor::threads::{Dtype, Elem, Progress, RunOptions, TRelation, ThreadRuntime};
 use tra_optimizer::check::check_plan;
 use tra_optimizer::cost::{plan_report, Weights};
-use tra_optimizer::optimize::{optimize, Limits, OptimizeAnswer, OptimizeError};
-use tra_optimizer::{Cluster, Program, ProgramError};
+use tra_optimizer::optimize::{optimize_with, Limits, OnRuleFailure, OptimizeAnswer, OptimizeError};
+use tra_optimizer::{Cluster, Plan, Program, ProgramError};
 
 /// Arguments of `tra run`.
 #[derive(clap::Args, Debug, Clone)]
@@ -48,6 +50,34 @@ pub struct RunArgs {
     /// Never draw a progress bar.
     #[arg(long)]
     pub no_progress: bool,
+    /// Fail when a rewrite rule breaks an invariant of the optimizer, instead
+    /// of optimizing again without it (and warning).
+    #[arg(long)]
+    pub strict: bool,
+}
+
+/// Which plan a run executes: the optimizer's choice (the default), the
+/// cheapest alternative whose label contains `alternative`, or the IA plan
+/// of the file `plan`.
+#[derive(Debug, Clone, Default)]
+pub struct PlanChoice {
+    /// An IA plan file (JSON, as `tra optimize` writes plans).
+    pub plan: Option<PathBuf>,
+    /// Text in the label of one of the optimizer's alternatives (`BMM`, `CMM`, …).
+    pub alternative: Option<String>,
+}
+
+/// The plan a run executes, what it is called, and what it is predicted to cost.
+#[derive(Debug, Clone)]
+pub struct ChosenPlan {
+    /// The plan.
+    pub plan: Plan,
+    /// Its strategy in words (`the plan of FILE` for a plan file).
+    pub label: Option<String>,
+    /// Floats its shuffles and broadcasts move.
+    pub network_floats: u64,
+    /// Its flops.
+    pub flops: u64,
 }
 
 /// A program error as one line: `error [code] at node: message`.
@@ -166,18 +196,128 @@ pub fn files_and_dtype(
 }
 
 /// Optimize a program with every rule under the default limits; the answer
-/// and the milliseconds it took, errors worded for the command line.
-pub fn optimize_timed(p: &Program) -> Result<(OptimizeAnswer, f64), String> {
+/// and the milliseconds it took, errors worded for the command line. A rule
+/// that fails is left out and warned about on standard error (the warnings
+/// are in the answer too), unless `strict`.
+pub fn optimize_timed(p: &Program, strict: bool) -> Result<(OptimizeAnswer, f64), String> {
     let t = Instant::now();
-    let answer = optimize(p, &tra_rules::all(), &Limits::default()).map_err(|e| match e {
+    let on_failure = if strict { OnRuleFailure::Fail } else { OnRuleFailure::Retry };
+    let answer = optimize_with(p, &tra_rules::all(), &Limits::default(), on_failure).map_err(|e| match e {
         OptimizeError::Program(e) => report(&e),
         other => format!("error: {other}"),
     })?;
+    for w in &answer.warnings {
+        eprintln!("warning [{}] at {}: {}", w.code, w.at, w.message);
+    }
     Ok((answer, t.elapsed().as_secs_f64() * 1e3))
 }
 
-/// Run `tra run`; the answer is the JSON summary (pretty-printed).
+/// The plan to run: `choice.plan` read and checked against the program
+/// ([`read_plan_file`]); else the alternative of `answer` whose label
+/// contains `choice.alternative` (case-insensitive); else `answer`'s chosen
+/// plan. `answer` may be `None` only with a plan file.
+pub fn choose_plan(p: &Program, answer: Option<&OptimizeAnswer>, choice: &PlanChoice) -> Result<ChosenPlan, String> {
+    if let Some(path) = &choice.plan {
+        return read_plan_file(path, p);
+    }
+    let answer = answer.ok_or("internal error: no optimizer answer to choose a plan from")?;
+    let alt = match &choice.alternative {
+        None => answer.alternatives.first(),
+        Some(text) => {
+            let t = text.to_lowercase();
+            let found = answer.alternatives.iter().find(|a| a.label.to_lowercase().contains(&t));
+            if found.is_none() {
+                let labels: Vec<&str> = answer.alternatives.iter().map(|a| a.label.as_str()).collect();
+                return Err(format!(
+                    "--alternative {text}: no alternative plan matches (the alternatives: {})",
+                    labels.join("; ")
+                ));
+            }
+            found
+        }
+    };
+    Ok(match alt {
+        Some(a) => ChosenPlan {
+            plan: a.plan.clone(),
+            label: Some(a.label.clone()),
+            network_floats: a.cost.network_floats,
+            flops: a.cost.flops,
+        },
+        None => ChosenPlan {
+            plan: answer.plan.clone(),
+            label: None,
+            network_floats: answer.cost.network_floats,
+            flops: answer.cost.flops,
+        },
+    })
+}
+
+/// An IA plan file checked against the program it is to run for: JSON in
+/// the plan format, the program's inputs (same names and declarations), the
+/// program's outputs (same names, and each of the program's key bounds and
+/// block shape), well-typed on the program's sites. Every error names the
+/// file and what is wrong where.
+pub fn read_plan_file(path: &Path, p: &Program) -> Result<ChosenPlan, String> {
+    let file = path.display();
+    let text = std::fs::read_to_string(path).map_err(|e| format!("--plan {file}: cannot read it: {e}"))?;
+    let plan = Plan::from_json(&text).map_err(|e| format!("--plan {file}: not an IA plan: {}", report(&e)))?;
+    for (name, decl) in &p.inputs {
+        match plan.inputs.get(name) {
+            None => return Err(format!("--plan {file}: the plan does not declare the program's input `{name}`")),
+            Some(d) if d != decl => {
+                return Err(format!(
+                    "--plan {file}: input `{name}` is declared differently in the plan ({}) and in the program ({})",
+                    serde_json::to_string(d).unwrap_or_default(),
+                    serde_json::to_string(decl).unwrap_or_default()
+                ))
+            }
+            Some(_) => {}
+        }
+    }
+    if let Some(extra) = plan.inputs.keys().find(|n| !p.inputs.contains_key(*n)) {
+        return Err(format!("--plan {file}: the plan declares an input `{extra}` the program does not have"));
+    }
+    if let Some(missing) = p.outputs.iter().find(|o| !plan.outputs.contains(o)) {
+        return Err(format!(
+            "--plan {file}: the plan has no output `{missing}` (its outputs: {}; the program's: {})",
+            plan.outputs.join(", "),
+            p.outputs.join(", ")
+        ));
+    }
+    if let Some(extra) = plan.outputs.iter().find(|o| !p.outputs.contains(o)) {
+        return Err(format!("--plan {file}: the plan's output `{extra}` is not an output of the program"));
+    }
+    let cluster = p.cluster();
+    let typed = check_plan(&plan, cluster.sites).map_err(|e| format!("--plan {file}: {}", report(&e)))?;
+    let program = tra_optimizer::check::check_program(p).map_err(|e| report(&e))?;
+    for o in &p.outputs {
+        let (got, want) = (&typed.types[o].rel, &program.types[o]);
+        if (&got.frontier, &got.array_bounds) != (&want.frontier, &want.array_bounds) {
+            return Err(format!(
+                "--plan {file}: output `{o}` has key bounds {:?} and blocks {:?} in the plan, but {:?} and {:?} in the program",
+                got.frontier, got.array_bounds, want.frontier, want.array_bounds
+            ));
+        }
+    }
+    let w = Weights { network: cluster.network_weight, compute: cluster.compute_weight };
+    let report = plan_report(&plan, &typed, cluster.sites, w);
+    Ok(ChosenPlan {
+        label: Some(format!("the plan of {file}")),
+        network_floats: report.values().map(|r| r.network_floats).sum(),
+        flops: report.values().map(|r| r.flops).sum(),
+        plan,
+    })
+}
+
+/// Run `tra run` with the optimizer's choice; the answer is the JSON summary
+/// (pretty-printed).
 pub fn run_command(args: RunArgs) -> Result<String, String> {
+    run_command_with(args, &PlanChoice::default())
+}
+
+/// Run `tra run` on worker threads with the plan `choice` names (a plan
+/// file is run without optimizing); the JSON summary (pretty-printed).
+pub fn run_command_with(args: RunArgs, choice: &PlanChoice) -> Result<String, String> {
     let t_start = Instant::now();
     let mut p = read_program(&args.file)?;
     if let Some(s) = args.sites {
@@ -194,8 +334,22 @@ pub fn run_command(args: RunArgs) -> Result<String, String> {
     }
     let (inputs, outputs, dtype) = files_and_dtype(&p, &args)?;
 
-    let (answer, optimize_ms) = optimize_timed(&p)?;
-    let ctx = Ctx { p: &p, answer: &answer, inputs: &inputs, outputs: &outputs, args: &args, optimize_ms, t_start };
+    let (answer, optimize_ms) = match choice.plan {
+        Some(_) => (None, 0.0),
+        None => optimize_timed(&p, args.strict).map(|(a, ms)| (Some(a), ms))?,
+    };
+    let chosen = choose_plan(&p, answer.as_ref(), choice)?;
+    let warnings = answer.as_ref().map(|a| a.warnings.clone()).unwrap_or_default();
+    let ctx = Ctx {
+        p: &p,
+        chosen: &chosen,
+        warnings: &warnings,
+        inputs: &inputs,
+        outputs: &outputs,
+        args: &args,
+        optimize_ms,
+        t_start,
+    };
     let summary = match dtype {
         Dtype::F32 => run_typed::<f32>(&ctx)?,
         Dtype::F64 => run_typed::<f64>(&ctx)?,
@@ -205,7 +359,8 @@ pub fn run_command(args: RunArgs) -> Result<String, String> {
 
 struct Ctx<'a> {
     p: &'a Program,
-    answer: &'a tra_optimizer::optimize::OptimizeAnswer,
+    chosen: &'a ChosenPlan,
+    warnings: &'a [tra_optimizer::optimize::Warning],
     inputs: &'a BTreeMap<String, PathBuf>,
     outputs: &'a BTreeMap<String, PathBuf>,
     args: &'a RunArgs,
@@ -217,7 +372,7 @@ fn run_typed<T: Elem>(c: &Ctx<'_>) -> Result<serde_json::Value, String> {
     use serde_json::json;
     let cluster = c.p.cluster();
     let sites = cluster.sites;
-    let plan = &c.answer.plan;
+    let plan = &c.chosen.plan;
     let typed = check_plan(plan, sites)
         .map_err(|e| format!("internal error: the chosen plan does not check: {}", report(&e)))?;
     let predicted =
@@ -309,18 +464,18 @@ fn run_typed<T: Elem>(c: &Ctx<'_>) -> Result<serde_json::Value, String> {
         })
         .collect();
     let measured = run.total_floats_moved();
-    let predicted_total = c.answer.cost.network_floats;
+    let predicted_total = c.chosen.network_floats;
     Ok(json!({
         "program": c.args.file,
         "sites": sites,
         "threads": rt.threads(),
         "dtype": T::DTYPE.name(),
         "plan": plan.to_sexpr(),
-        "strategy": c.answer.alternatives.first().map(|a| a.label.clone()),
+        "strategy": c.chosen.label,
         "network_floats_measured": measured,
         "network_floats_predicted": predicted_total,
         "floats_match": measured == predicted_total,
-        "flops_predicted": c.answer.cost.flops,
+        "flops_predicted": c.chosen.flops,
         "timings_ms": {
             "optimize": c.optimize_ms, "load": load_ms, "run": run.report.wall_ms, "write": write_ms,
             "total": c.t_start.elapsed().as_secs_f64() * 1e3,
@@ -330,6 +485,7 @@ fn run_typed<T: Elem>(c: &Ctx<'_>) -> Result<serde_json::Value, String> {
         "outputs": output_info,
         "pool": run.report.pool,
         "peak_rss_bytes": peak_rss_bytes(),
+        "warnings": c.warnings,
     }))
 }
 

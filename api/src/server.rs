@@ -62,7 +62,7 @@ use tra_executor::threads::ThreadRuntime;
 use tra_optimizer::check::check_plan;
 use tra_optimizer::cost::{self, Weights};
 use tra_optimizer::deadline::{self, Deadline};
-use tra_optimizer::optimize::{optimize, Limits, OptimizeAnswer};
+use tra_optimizer::optimize::{optimize_with, Limits, OnRuleFailure, OptimizeAnswer};
 use tra_optimizer::rule::RuleDef;
 use tra_optimizer::{Plan, Program};
 
@@ -158,6 +158,10 @@ pub struct ServerConfig {
     /// Time requests in flight get to finish on shutdown before their work
     /// is cancelled (default 5 s).
     pub shutdown_grace: Duration,
+    /// Answer 500 when a rewrite rule fails (breaks an invariant of the
+    /// e-graph) instead of optimizing again without it and answering with a
+    /// warning (default false; `tra serve --strict`).
+    pub strict: bool,
 }
 
 impl Default for ServerConfig {
@@ -184,6 +188,7 @@ impl Default for ServerConfig {
             header_timeout: Duration::from_secs(10),
             body_timeout: Duration::from_secs(30),
             shutdown_grace: Duration::from_secs(5),
+            strict: false,
         }
     }
 }
@@ -246,7 +251,11 @@ const _: fn() = || {
 impl AppState {
     /// Build the state: the rule set (once), the static answers, the slots and budgets.
     pub fn new(config: ServerConfig) -> AppState {
-        let rules = tra_rules::all();
+        AppState::with_rules(config, tra_rules::all())
+    }
+
+    /// The same with another rule set (tests of a broken rule).
+    pub fn with_rules(config: ServerConfig, rules: Vec<RuleDef>) -> AppState {
         let rules_json = Value::Array(
             rules
                 .iter()
@@ -340,11 +349,13 @@ impl AppState {
             }
             err
         };
-        let answer = optimize(program, &self.inner.rules, &self.inner.config.limits()).map_err(|e| {
-            // A request stopped by a limit may have held much memory (key sets, a large e-graph).
-            admission::give_back_freed_memory();
-            limited(e.into())
-        })?;
+        let on_failure = if self.inner.config.strict { OnRuleFailure::Fail } else { OnRuleFailure::Retry };
+        let answer =
+            optimize_with(program, &self.inner.rules, &self.inner.config.limits(), on_failure).map_err(|e| {
+                // A request stopped by a limit may have held much memory (key sets, a large e-graph).
+                admission::give_back_freed_memory();
+                limited(e.into())
+            })?;
         let json = answer_json(program, &answer);
         if deadline::expired() {
             // The reports type-check every alternative: past the deadline they may be cut short.
@@ -433,6 +444,12 @@ pub fn answer_json(program: &Program, answer: &OptimizeAnswer) -> Value {
 /// The whole service as an axum router (useful for tests and embedding).
 pub fn router(config: ServerConfig) -> Router {
     router_with_state(AppState::new(config))
+}
+
+/// The service with another rule set than every rule of `tra_rules` (tests
+/// of how it answers when a rule is broken).
+pub fn router_with_rules(config: ServerConfig, rules: Vec<RuleDef>) -> Router {
+    router_with_state(AppState::with_rules(config, rules))
 }
 
 /// The router over a given state.

@@ -53,6 +53,7 @@ fn args(expr: &str, inputs: Vec<String>, output: Option<String>, block: usize, e
         sites: 3,
         executor: executor.into(),
         show_program: false,
+        strict: true,
     }
 }
 

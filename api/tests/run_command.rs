@@ -1,10 +1,12 @@
 //! `tra run` (tra_api::run::run_command): a program from a file, inputs from
 //! `.npy` files in both layouts, outputs written both ways, the JSON summary
-//! (measured floats = predicted), and the errors a user sees.
+//! (measured floats = predicted), and the errors a user sees; `--alternative`
+//! and `--plan` on the thread runtime, and plan files that are not plans for
+//! the program.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use tra_api::run::{run_command, RunArgs};
+use tra_api::run::{run_command, run_command_with, PlanChoice, RunArgs};
 use tra_executor::npy::{self, Layout};
 use tra_executor::reference::{compare, eval_tra, random_relation, Relation};
 use tra_executor::threads::{Pool, TRelation};
@@ -46,6 +48,7 @@ fn args(dir: &Dir, inputs: &[(&str, &str)], outputs: &[(&str, &str)]) -> RunArgs
         dtype: None,
         threads: Some(2),
         no_progress: true,
+        strict: true,
     }
 }
 
@@ -153,4 +156,124 @@ fn clear_errors() {
     assert!(e.contains("NAME=FILE.npy"), "{e}");
     let e = run_command(RunArgs { file: dir.s("missing.json"), ..args(&dir, &[], &[]) }).unwrap_err();
     assert!(e.contains("cannot read"), "{e}");
+}
+
+/// The plan of the optimizer's answer for MATMUL whose label contains `text`, as plan JSON.
+fn alternative_plan(text: &str) -> String {
+    let p = Program::from_json(MATMUL).unwrap();
+    let answer = tra_optimizer::optimize::optimize(&p, &tra_rules::all(), &Default::default()).unwrap();
+    let alt = answer.alternatives.iter().find(|a| a.label.contains(text)).unwrap_or_else(|| panic!("no {text} plan"));
+    serde_json::to_string_pretty(&alt.plan).unwrap()
+}
+
+fn outputs_match(dir: &Dir, inputs: &BTreeMap<String, Relation>, file: &str) {
+    let want = eval_tra(&Program::from_json(MATMUL).unwrap(), inputs).unwrap();
+    let pool = Pool::<f64>::new();
+    let (rel, _, _) = npy::read_relation::<f64>(&dir.path(file), &[3, 3], &[4, 2], &pool).unwrap();
+    compare(&want["Z"], &rel.to_relation(), 1e-12).unwrap();
+}
+
+#[test]
+fn alternative_and_plan_run_on_threads() {
+    let (dir, inputs) = setup("choice");
+    let a = || args(&dir, &[("X", "x.npy"), ("Y", "y.npy")], &[("Z", "z.npy")]);
+    // --alternative: the cheapest plan whose label contains the text.
+    for text in ["CMM", "bmm", "RMM"] {
+        let choice = PlanChoice { alternative: Some(text.into()), ..PlanChoice::default() };
+        let out: serde_json::Value = serde_json::from_str(&run_command_with(a(), &choice).unwrap()).unwrap();
+        let label = out["strategy"].as_str().unwrap().to_lowercase();
+        assert!(label.contains(&text.to_lowercase()), "{text}: {out}");
+        assert_eq!(out["floats_match"], true, "{out}");
+        outputs_match(&dir, &inputs, "z.npy");
+    }
+    let choice = PlanChoice { alternative: Some("no such strategy".into()), ..PlanChoice::default() };
+    let e = run_command_with(a(), &choice).unwrap_err();
+    assert!(e.contains("--alternative no such strategy") && e.contains("CMM — shuffle X by k"), "{e}");
+    // --plan: a plan file (here the optimizer's BMM plan) runs as given, without optimizing.
+    std::fs::write(dir.path("bmm.json"), alternative_plan("BMM")).unwrap();
+    let choice = PlanChoice { plan: Some(dir.path("bmm.json")), ..PlanChoice::default() };
+    let out: serde_json::Value = serde_json::from_str(&run_command_with(a(), &choice).unwrap()).unwrap();
+    assert!(out["strategy"].as_str().unwrap().contains("bmm.json"), "{out}");
+    assert_eq!(out["floats_match"], true, "{out}");
+    assert_eq!(out["timings_ms"]["optimize"], 0.0);
+    assert!(out["plan"].as_str().unwrap().contains("broadcast"), "{out}");
+    outputs_match(&dir, &inputs, "z.npy");
+}
+
+#[test]
+fn garbage_plan_files_are_refused_clearly() {
+    let (dir, _) = setup("garbage");
+    let good: serde_json::Value = serde_json::from_str(&alternative_plan("CMM")).unwrap();
+    let refuse = |name: &str, text: &str| -> String {
+        std::fs::write(dir.path(name), text).unwrap();
+        let choice = PlanChoice { plan: Some(dir.path(name)), ..PlanChoice::default() };
+        let e = run_command_with(args(&dir, &[("X", "x.npy"), ("Y", "y.npy")], &[("Z", "z.npy")]), &choice)
+            .expect_err(name);
+        assert!(e.starts_with(&format!("--plan {}", dir.s(name))), "{name}: {e}");
+        e
+    };
+    let edit = |f: &dyn Fn(&mut serde_json::Value)| {
+        let mut v = good.clone();
+        f(&mut v);
+        serde_json::to_string(&v).unwrap()
+    };
+    let e = refuse("not-json.json", "this is not JSON");
+    assert!(e.contains("not an IA plan") && e.contains("bad_json"), "{e}");
+    let e = refuse("program.json", MATMUL);
+    assert!(e.contains("not an IA plan") && e.contains("XY"), "a TRA program is not a plan: {e}");
+    let e = refuse("empty.json", "{}");
+    assert!(e.contains("not an IA plan") && e.contains("inputs"), "{e}");
+    let e = refuse("inputs.json", &edit(&|v| v["inputs"]["X"]["key_bounds"] = serde_json::json!([3, 3])));
+    assert!(e.contains("input `X` is declared differently"), "{e}");
+    let e = refuse("missing-input.json", &edit(&|v| v["inputs"].as_object_mut().unwrap().retain(|k, _| k != "Y")));
+    assert!(e.contains("input `Y`"), "{e}");
+    let e = refuse("outputs.json", &edit(&|v| v["outputs"] = serde_json::json!(["Z"])));
+    assert!(e.contains("no output `R`"), "{e}");
+    let e = refuse(
+        "ill-typed.json",
+        &edit(&|v| {
+            // The local join without its shuffles: operands not co-located.
+            let nodes = v["nodes"].as_object_mut().unwrap();
+            let join = nodes.values_mut().find(|n| n["op"] == "local_join").unwrap();
+            join["left"] = serde_json::json!("X");
+            join["right"] = serde_json::json!("Y");
+        }),
+    );
+    assert!(e.contains("local_join") || e.contains("co-located") || e.contains("placed"), "{e}");
+    let choice = PlanChoice { plan: Some(dir.path("no-such-plan.json")), ..PlanChoice::default() };
+    let e = run_command_with(args(&dir, &[("X", "x.npy"), ("Y", "y.npy")], &[]), &choice).unwrap_err();
+    assert!(e.contains("no-such-plan.json") && e.contains("cannot read"), "{e}");
+}
+
+/// Through the binary: `tra run --plan` and `--alternative` without
+/// `--processes` run on threads; a garbage plan file exits non-zero.
+#[test]
+fn the_command_line_honours_plan_and_alternative_on_threads() {
+    let (dir, _) = setup("cli");
+    let tra = |extra: &[&str]| {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_tra"));
+        cmd.args(["run", &dir.s("p.json"), "--input", &format!("X={}", dir.s("x.npy"))])
+            .args(["--input", &format!("Y={}", dir.s("y.npy")), "--no-progress", "--threads", "2"])
+            .args(extra);
+        let out = cmd.output().expect("run tra");
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    std::fs::write(dir.path("garbage.json"), "[1, 2, 3]").unwrap();
+    let (ok, _, err) = tra(&["--plan", &dir.s("garbage.json")]);
+    assert!(!ok && err.contains("--plan") && err.contains("garbage.json"), "{err}");
+    std::fs::write(dir.path("cmm.json"), alternative_plan("CMM")).unwrap();
+    let (ok, out, err) = tra(&["--plan", &dir.s("cmm.json")]);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert!(v["strategy"].as_str().unwrap().contains("cmm.json") && v["floats_match"] == true, "{v}");
+    let (ok, out, err) = tra(&["--alternative", "RMM"]);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert!(v["strategy"].as_str().unwrap().contains("RMM"), "{v}");
+    let (ok, _, err) = tra(&["--alternative", "RMM", "--plan", &dir.s("cmm.json")]);
+    assert!(!ok && err.contains("cannot be used with"), "{err}");
 }

@@ -206,6 +206,114 @@ pub fn current_rule() -> &'static str {
     CURRENT_RULE.with(|c| *c.borrow())
 }
 
+thread_local! {
+    static CHANGED_THIS_ITERATION: RefCell<Vec<&'static str>> = const { RefCell::new(Vec::new()) };
+    static MERGE_FAILURE: RefCell<Option<MergeFailure>> = const { RefCell::new(None) };
+}
+
+/// Note that `rule` changed the graph in the current iteration (the rules
+/// blamed for a failed merge found while the graph is rebuilt, when no rule
+/// is applying).
+pub fn note_rule_changed_graph(rule: &'static str) {
+    CHANGED_THIS_ITERATION.with(|c| {
+        let mut c = c.borrow_mut();
+        if !c.contains(&rule) {
+            c.push(rule);
+        }
+    });
+}
+
+/// Forget the rules noted by [`note_rule_changed_graph`] (at the start of
+/// each iteration).
+pub fn start_iteration() {
+    CHANGED_THIS_ITERATION.with(|c| c.borrow_mut().clear());
+}
+
+/// A merge the analysis refused: two classes whose types or placements
+/// differ (an unsound rule). Recorded just before the analysis panics, while
+/// the graph is still consistent, so that the caller that catches the panic
+/// can say which rule and which part of the program.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MergeFailure {
+    /// The rule that was applying; when the merge came from rebuilding the
+    /// graph (congruence), every rule that changed the graph in that
+    /// iteration.
+    pub rules: Vec<&'static str>,
+    /// True when the merge came from rebuilding the graph (`rules` are then
+    /// the suspects, not the rule that was applying).
+    pub while_rebuilding: bool,
+    /// The program nodes (inputs or nodes, by name) nearest above the two
+    /// classes.
+    pub at: Vec<String>,
+    /// What differed.
+    pub detail: String,
+}
+
+/// The merge failure recorded on this thread since the last call, if any.
+pub fn take_merge_failure() -> Option<MergeFailure> {
+    MERGE_FAILURE.with(|f| f.borrow_mut().take())
+}
+
+/// Why merging two classes with these analysis values would make the
+/// analysis's [`merge`](egg::Analysis::merge) panic, if it would.
+pub fn conflict(a: &ClassData, b: &ClassData) -> Option<String> {
+    match (a, b) {
+        (ClassData::Param(x), ClassData::Param(y)) => (x != y).then(|| format!("parameters {x} and {y}")),
+        (ClassData::L(x), ClassData::L(y)) => (x != y).then(|| format!("logical types {x:?} and {y:?}")),
+        (ClassData::P(x), ClassData::P(y)) => {
+            if x.rel != y.rel {
+                return Some(format!("relations {:?} and {:?}", x.rel, y.rel));
+            }
+            if (x.complete, x.tuples) != (y.complete, y.tuples) {
+                return Some(format!(
+                    "completeness ({}, {} tuples) and ({}, {} tuples)",
+                    x.complete, x.tuples, y.complete, y.tuples
+                ));
+            }
+            match (&x.placement, &y.placement) {
+                (p, q) if p == q => None,
+                (_, Placement::Any) | (Placement::Any, _) => None,
+                (p, q) => Some(format!("placements {p} and {q}")),
+            }
+        }
+        (x, y) => Some(format!("sorts of {x:?} and {y:?}")),
+    }
+}
+
+/// The program nodes nearest above `classes` (breadth first through parent
+/// e-nodes), by name; several at the same distance are all given.
+fn program_nodes_above(eg: &TraEGraph, classes: &[Id]) -> Vec<String> {
+    let named: HashMap<Id, Vec<&str>> = eg.analysis.program_nodes.iter().fold(HashMap::new(), |mut m, (name, id)| {
+        m.entry(eg.find(*id)).or_default().push(name.as_str());
+        m
+    });
+    let mut seen: std::collections::HashSet<Id> = classes.iter().map(|c| eg.find(*c)).collect();
+    let mut frontier: Vec<Id> = seen.iter().copied().collect();
+    // A bound on the walk: graphs of a million nodes are not walked whole.
+    let mut budget = 100_000usize;
+    while !frontier.is_empty() && budget > 0 {
+        let mut found: Vec<String> =
+            frontier.iter().filter_map(|c| named.get(c)).flatten().map(|n| n.to_string()).collect();
+        if !found.is_empty() {
+            found.sort();
+            found.dedup();
+            return found;
+        }
+        let mut next = Vec::new();
+        for c in frontier {
+            for p in eg[c].parents() {
+                budget = budget.saturating_sub(1);
+                let p = eg.find(p);
+                if seen.insert(p) {
+                    next.push(p);
+                }
+            }
+        }
+        frontier = next;
+    }
+    Vec::new()
+}
+
 /// A value computed by a [`ValueOracle`] for one class.
 pub type OracleValue = Arc<dyn Any + Send + Sync>;
 
@@ -245,6 +353,10 @@ pub struct TraAnalysis {
     /// that already built its right-hand side for the same classes would
     /// only build the same nodes again, so it skips them.
     pub applied: rustc_hash::FxHashSet<(egg::Symbol, Id, egg::Subst)>,
+    /// The program's inputs and nodes by name, with the class each was added
+    /// as ([`add_program`]): a failed merge is reported at the program node
+    /// nearest above the merged classes.
+    pub program_nodes: Vec<(String, Id)>,
 }
 
 impl fmt::Debug for TraAnalysis {
@@ -264,6 +376,7 @@ impl TraAnalysis {
             values: HashMap::new(),
             check_merges: true,
             applied: Default::default(),
+            program_nodes: Vec::new(),
         }
     }
 
@@ -476,6 +589,24 @@ impl Analysis<Ia> for TraAnalysis {
         check_class_values(egraph, id);
     }
 
+    fn pre_union(egraph: &TraEGraph, id1: Id, id2: Id, _why: &Option<egg::Justification>) {
+        if !egraph.analysis.check_merges {
+            return;
+        }
+        let (a, b) = (egraph.find(id1), egraph.find(id2));
+        if a == b {
+            return;
+        }
+        if let Some(detail) = conflict(&egraph[a].data, &egraph[b].data) {
+            // `merge` panics next; record who and where while the graph is whole.
+            let rule = current_rule();
+            let while_rebuilding = rule == "program";
+            let rules = if while_rebuilding { CHANGED_THIS_ITERATION.with(|c| c.borrow().clone()) } else { vec![rule] };
+            let at = program_nodes_above(egraph, &[a, b]);
+            MERGE_FAILURE.with(|f| *f.borrow_mut() = Some(MergeFailure { rules, while_rebuilding, at, detail }));
+        }
+    }
+
     fn merge(&mut self, a: &mut ClassData, b: ClassData) -> DidMerge {
         if !self.check_merges {
             // No assertion (mutation tests): keep `a`, learning a placement
@@ -543,6 +674,7 @@ pub fn add_program(eg: &mut TraEGraph, p: &Program, order: &[String]) -> IndexMa
         let i = eg.add(Ia::Input(n));
         let e = eg.add(Ia::Erase(i));
         ids.insert(name, e);
+        eg.analysis.program_nodes.push((name.clone(), e));
     }
     for name in order {
         let op = &p.nodes[name];
@@ -576,6 +708,7 @@ pub fn add_program(eg: &mut TraEGraph, p: &Program, order: &[String]) -> IndexMa
         };
         let id = eg.add(node);
         ids.insert(name, id);
+        eg.analysis.program_nodes.push((name.clone(), id));
     }
     p.outputs.iter().map(|o| (o.clone(), ids[o.as_str()])).collect()
 }

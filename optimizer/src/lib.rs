@@ -18,6 +18,7 @@ pub mod optimize;
 pub mod placement;
 pub mod program;
 pub mod rule;
+pub mod rule_failure;
 pub mod types;
 
 pub use error::{ErrorCode, ProgramError};

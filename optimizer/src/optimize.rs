@@ -1,14 +1,22 @@
 //! The optimizer: build the e-graph of a TRA program, saturate it with the
 //! rules (lowering first, then everything), extract the cheapest plan and the
 //! best plan of each distinct strategy, and report how it went.
+//! A rule that breaks an invariant of the e-graph fails [`optimize`];
+//! [`optimize_with`] can retry without it ([`crate::rule_failure`]).
 
 use crate::check::check_program;
+use crate::check::TypedProgram;
 use crate::cost::{Cost, Weights};
-use crate::egraph::{add_program, set_current_rule, ExtractedPlan, Ia, Param, TraAnalysis, TraEGraph};
+use crate::egraph::{
+    add_program, current_rule, set_current_rule, start_iteration, take_merge_failure, ExtractedPlan, Ia, Param,
+    TraAnalysis, TraEGraph,
+};
 use crate::error::{ErrorCode, ProgramError};
 use crate::extract::{choose_among, plan_cost, NodeCosts};
 use crate::program::{Plan, Program};
 use crate::rule::RuleDef;
+use crate::rule_failure::{self, catch_panic, AttemptError, RuleFailure};
+pub use crate::rule_failure::{OnRuleFailure, Warning};
 use crate::types::Placement;
 use egg::{Id, Language, Runner, StopReason};
 use indexmap::IndexMap;
@@ -92,6 +100,9 @@ pub struct OptimizeAnswer {
     pub alternatives: Vec<Alternative>,
     /// Rules that built the chosen plan, in plan order.
     pub rules_applied: Vec<String>,
+    /// What went wrong on the way to this answer without stopping it (a rule
+    /// that failed and was left out); empty normally.
+    pub warnings: Vec<Warning>,
     /// Run figures.
     pub stats: Stats,
 }
@@ -177,10 +188,36 @@ fn stop_when_expired(_: &mut Runner<Ia, TraAnalysis, ()>) -> Result<(), String> 
     Ok(())
 }
 
-/// Optimize a TRA program with the given rules.
+/// Optimize a TRA program with the given rules; a rule that breaks an
+/// invariant of the e-graph fails the optimization
+/// ([`OnRuleFailure::Fail`]).
 pub fn optimize(p: &Program, rules: &[RuleDef], limits: &Limits) -> Result<OptimizeAnswer, OptimizeError> {
+    optimize_with(p, rules, limits, OnRuleFailure::Fail)
+}
+
+/// Optimize a TRA program with the given rules, doing `on_failure` when a
+/// rule breaks an invariant of the e-graph (see [`crate::rule_failure`]).
+pub fn optimize_with(
+    p: &Program,
+    rules: &[RuleDef],
+    limits: &Limits,
+    on_failure: OnRuleFailure,
+) -> Result<OptimizeAnswer, OptimizeError> {
     let start = Instant::now();
     let typed = check_program(p)?;
+    let quiet = on_failure == OnRuleFailure::Retry;
+    rule_failure::retrying(rules, on_failure, |rules| attempt(p, &typed, rules, limits, start, quiet))
+}
+
+/// Saturate with `rules` and extract: one attempt of [`optimize_with`].
+fn attempt(
+    p: &Program,
+    typed: &TypedProgram,
+    rules: &[&RuleDef],
+    limits: &Limits,
+    start: Instant,
+    quiet: bool,
+) -> Result<OptimizeAnswer, AttemptError> {
     let cluster = p.cluster();
     let w = Weights { network: cluster.network_weight, compute: cluster.compute_weight };
 
@@ -193,13 +230,19 @@ pub fn optimize(p: &Program, rules: &[RuleDef], limits: &Limits) -> Result<Optim
     // three quarters of what is left of it.
     let sat_time = crate::deadline::saturation_budget(limits.time);
     let sat_start = if crate::deadline::current().is_some() { Instant::now() } else { start };
-    let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+    take_merge_failure();
+    let run = catch_panic(quiet, || {
+        let begin = |_: &mut Runner<Ia, TraAnalysis, ()>| {
+            start_iteration();
+            Ok(())
+        };
         let r1 = Runner::<Ia, TraAnalysis, ()>::new(TraAnalysis::new(cluster.sites, IndexMap::new()))
             .with_egraph(eg)
             .with_node_limit(limits.nodes)
             .with_iter_limit(limits.iterations)
             .with_time_limit(sat_time)
             .with_hook(stop_when_expired)
+            .with_hook(begin)
             .run(lowering.iter().copied());
         let mut iterations = r1.iterations.len();
         let lower_stop = r1.stop_reason.clone();
@@ -210,6 +253,7 @@ pub fn optimize(p: &Program, rules: &[RuleDef], limits: &Limits) -> Result<Optim
             .with_iter_limit(limits.iterations)
             .with_time_limit(remaining.max(Duration::from_millis(1)))
             .with_hook(stop_when_expired)
+            .with_hook(begin)
             .run(all.iter().copied());
         iterations += r2.iterations.len();
         let stop = match lower_stop {
@@ -217,21 +261,24 @@ pub fn optimize(p: &Program, rules: &[RuleDef], limits: &Limits) -> Result<Optim
             other => other,
         };
         (r2.egraph, iterations, stop)
-    }));
+    });
+    // A panic leaves the rule that was applying named (its applier did not
+    // get to restore the name).
+    let applying = current_rule();
     set_current_rule("program");
     if crate::deadline::expired() {
-        return Err(OptimizeError::Limit(format!("{} during saturation", crate::deadline::reason())));
+        // The deadline's own unwind (see `crate::deadline`) lands here too.
+        return Err(AttemptError::Error(OptimizeError::Limit(format!(
+            "{} during saturation",
+            crate::deadline::reason()
+        ))));
     }
-    let (eg, iterations, stop) = run.map_err(|e| {
-        if crate::deadline::is_expired_payload(&*e) {
-            return OptimizeError::Limit(format!("{} during saturation", crate::deadline::reason()));
-        }
-        let msg = e
-            .downcast_ref::<String>()
-            .cloned()
-            .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
-            .unwrap_or_else(|| "a rule panicked".into());
-        OptimizeError::Internal(msg)
+    let (eg, iterations, stop) = run.map_err(|message| {
+        let (rules, while_rebuilding, at) = match take_merge_failure() {
+            Some(m) => (m.rules, m.while_rebuilding, m.at),
+            None => ((applying != "program").then_some(applying).into_iter().collect(), false, vec![]),
+        };
+        AttemptError::Rule(RuleFailure { rules, while_rebuilding, at, message })
     })?;
 
     if std::env::var_os("TRA_PROFILE").is_some() {
@@ -257,14 +304,17 @@ pub fn optimize(p: &Program, rules: &[RuleDef], limits: &Limits) -> Result<Optim
         };
         let choice = choose_among(&eg, &costs, &allow);
         if crate::deadline::expired() {
-            return Err(OptimizeError::Limit(format!("{} during extraction", crate::deadline::reason())));
+            return Err(AttemptError::Error(OptimizeError::Limit(format!(
+                "{} during extraction",
+                crate::deadline::reason()
+            ))));
         }
         let extracted = match choice.plan(&eg, &roots) {
             Ok(x) => x,
             Err(output) if allowed.is_empty() => {
-                return Err(OptimizeError::Limit(format!(
+                return Err(AttemptError::Error(OptimizeError::Limit(format!(
                 "saturation stopped ({stop_reason}) before output `{output}` had an executable plan; raise the limits"
-            )))
+            ))))
             }
             Err(_) => continue,
         };
@@ -287,6 +337,7 @@ pub fn optimize(p: &Program, rules: &[RuleDef], limits: &Limits) -> Result<Optim
         cost: chosen.cost,
         alternatives: alternatives.into_iter().map(|(a, _)| a).collect(),
         rules_applied,
+        warnings: Vec::new(),
         stats: Stats {
             egraph_nodes: eg.total_number_of_nodes(),
             egraph_classes: eg.number_of_classes(),

@@ -2,7 +2,7 @@
 //! it) with its equation and condition, made of one or more egg rewrites.
 //! The rules themselves live in the `tra-rules` crate.
 
-use crate::egraph::{set_current_rule, Ia, TraAnalysis, TraEGraph};
+use crate::egraph::{note_rule_changed_graph, set_current_rule, Ia, TraAnalysis, TraEGraph};
 use egg::{Applier, Id, PatternAst, Rewrite, Subst, Symbol};
 
 /// A rewrite over tra's e-graph.
@@ -58,6 +58,9 @@ impl<A: Applier<Ia, TraAnalysis>> Applier<Ia, TraAnalysis> for Named<A> {
         let prev = set_current_rule(self.rule);
         let out = self.inner.apply_one(egraph, eclass, subst, searcher_ast, rule_name);
         set_current_rule(prev);
+        if !out.is_empty() {
+            note_rule_changed_graph(self.rule);
+        }
         out
     }
 
@@ -65,6 +68,9 @@ impl<A: Applier<Ia, TraAnalysis>> Applier<Ia, TraAnalysis> for Named<A> {
         let prev = set_current_rule(self.rule);
         let out = self.inner.apply_matches(egraph, matches, rule_name);
         set_current_rule(prev);
+        if !out.is_empty() {
+            note_rule_changed_graph(self.rule);
+        }
         out
     }
 

@@ -35,6 +35,9 @@ pub fn rules() -> Vec<RuleDef> {
 /// `lfilter(p, lfilter(p, x)) = lfilter(p, x)`: the class holds itself under
 /// the filter, and pushing the same filter down again (R1-6, R2-2) adds
 /// nothing — without this, repeated push-downs grow the graph forever.
+///
+/// Arity audit: no key map and no dim list; both predicates read the same
+/// keys (those of `x`, which a filter keeps).
 pub fn r1_1() -> RuleDef {
     let rhs = pat("(lfilter ?c ?x)").ast;
     def(
@@ -78,6 +81,10 @@ fn kernel_or_id(eg: &TraEGraph, id: egg::Id) -> Option<Option<KernelRef>> {
 /// map is the identity keeps its input's frontier, one that is not
 /// recomputes it from the keys), so a disagreement in the description is
 /// skipped, not merged.
+///
+/// Arity audit: each key map is checked against the arity of *its own
+/// input*: `f2` against `x`'s, `f1` against `f2`'s output arity (the middle
+/// relation's), and the composed map, which reads `x`, against `x`'s.
 pub fn r1_2() -> RuleDef {
     let rhs = pat("(lmap ?f ?k ?x)").ast;
     def(
@@ -136,6 +143,9 @@ pub fn r1_2() -> RuleDef {
 /// Condition: the key map `f` is the identity (`id`, or `[k0, …]`), so the
 /// predicate reads the same key before and after the map; the filter then
 /// saves the kernel's work on the tuples it drops.
+///
+/// Arity audit: `f` is checked against the arity of the map's input `x`
+/// (the keys the pushed-down predicate reads), never against its output.
 pub fn r1_3() -> RuleDef {
     let rhs = pat("(lmap ?f ?k (lfilter ?p ?x))").ast;
     def(
@@ -162,6 +172,14 @@ pub fn r1_3() -> RuleDef {
 /// map *into* the aggregation kernel (`agg' = m ∘ agg` applied pairwise), is
 /// unsound in general: `relu(relu(a+b)+c) ≠ relu(a+b+c)`; only the
 /// distributive form is written.
+///
+/// Arity audit: the key map must be the identity on the keys it *reads*.
+/// Push-down: the map reads the aggregation's output, of arity `|g|`; pull-up:
+/// it reads `x`. Checking the map's own output arity instead (as an earlier
+/// version did for push-down) lets `[k0]` over a 2-dim aggregate pass as the
+/// identity although it drops a dim, and the union then merges relations of
+/// different arity (`diag(A·B)` written as aggregate, filter `k0 == k1`,
+/// rekey `[k0]`, transform `diag`).
 pub fn r1_4() -> RuleDef {
     let down = pat("(lagg ?g ?agg (lmap id ?m ?x))").ast;
     let up = pat("(lmap id ?m (lagg ?g ?agg ?x))").ast;
@@ -172,12 +190,16 @@ pub fn r1_4() -> RuleDef {
     def(
         "R1-4",
         "(lmap id ?m (lagg ?g ?agg ?x)) = (lagg ?g ?agg (lmap id ?m ?x))",
-        "m distributes over agg (m(agg(a,b)) = agg(m(a),m(b))); the paper's form composing m into the \
+        "m distributes over agg (m(agg(a,b)) = agg(m(a),m(b))) and the key map is the identity on the keys it \
+         reads (the aggregate's |g| dims for push-down, x's for pull-up); the paper's form composing m into the \
          aggregation kernel is unsound in general (relu(relu(a+b)+c) ≠ relu(a+b+c)), so only this one is written.",
         vec![
-            rewrite("R1-4", "R1-4/push-down", "(lmap ?f ?m (lagg ?g ?agg ?x))", Guard::Strict, move |eg, id, s| {
-                let Some(t) = crate::support::phys(eg, id) else { return vec![] };
-                if !is_identity_key(eg, get(s, "?f"), t.rel.key_arity()) || !distributes(eg, s) {
+            rewrite("R1-4", "R1-4/push-down", "(lmap ?f ?m (lagg ?g ?agg ?x))", Guard::Strict, move |eg, _, s| {
+                // The key map reads the aggregation's output, whose arity is
+                // |g| (not the map's own output arity: `[k0]` over a 2-dim
+                // aggregate has output arity 1 and is not the identity).
+                let Some(g) = dims(eg, get(s, "?g")) else { return vec![] };
+                if !is_identity_key(eg, get(s, "?f"), g.len()) || !distributes(eg, s) {
                     return vec![];
                 }
                 inst(eg, &down, s).into_iter().collect()
@@ -201,6 +223,10 @@ pub fn r1_4() -> RuleDef {
 /// dropping a group's inputs drops the group. Not for `concat` aggregations:
 /// their block size counts the pieces present, which a filter can change.
 /// The paper's "boolFunc(groupByKeys)" is this renaming.
+///
+/// Arity audit: the predicate reads the aggregation's *output* key, of arity
+/// `|g|` (dims read must be `< |g|`), and is renamed through `g` to the
+/// input's dims; no key map.
 pub fn r1_5() -> RuleDef {
     let rhs = pat("(lagg ?g ?k (lfilter ?q ?x))").ast;
     def(
@@ -239,6 +265,10 @@ pub fn r1_5() -> RuleDef {
 /// predicate; this is its sound reading. The join keeps its operands'
 /// frontiers while a filter recomputes them from the keys left, so a side
 /// whose description differs is skipped, not merged.
+///
+/// Arity audit: the predicate reads the join's output key; `la` is the left
+/// *operand's* arity and the right's dims are `jr` and the right operand's
+/// non-join dims in order, so each side gets dims of its own operand.
 pub fn r1_6() -> RuleDef {
     let left = pat("(ljoin ?jl ?jr ?k (lfilter ?p ?a) ?b)").ast;
     let right = pat("(ljoin ?jl ?jr ?k ?a (lfilter ?q ?b))").ast;
@@ -308,6 +338,10 @@ pub fn r1_6() -> RuleDef {
 /// key map stays outside. When `m` distributes over `k` the composed kernel
 /// runs as `k(m(a), m(b))` (the catalog's evaluation rule), which is the
 /// paper's "specially" case.
+///
+/// Arity audit: `f` reads the join's output, so it is checked against the
+/// join's output arity `la + ra − |jr|` (the map's input), not the map's own
+/// output arity.
 pub fn r1_7() -> RuleDef {
     let with_map = pat("(lmap ?f id (ljoin ?jl ?jr ?mk ?a ?b))").ast;
     let join_only = pat("(ljoin ?jl ?jr ?mk ?a ?b)").ast;
@@ -345,6 +379,9 @@ pub fn r1_7() -> RuleDef {
 ///
 /// A P-level identity, exact: the map changes neither keys nor blocks, on
 /// any site.
+///
+/// Arity audit: `f` is checked against the arity of the map's input `x`;
+/// a map that drops or repeats dims is never the identity.
 pub fn map_identity() -> RuleDef {
     def(
         "map-identity",

@@ -41,6 +41,9 @@ pub fn rules() -> Vec<RuleDef> {
 ///
 /// No condition: after the shuffle on all group-by dims every group lives on
 /// one site, so the local aggregation is complete.
+///
+/// Arity audit: `g` names dims of `x` on both sides (shuffle and local
+/// aggregation read the same input); no key map.
 pub fn lower_aggregate() -> RuleDef {
     def(
         "lower-aggregate",
@@ -61,6 +64,9 @@ pub fn lower_aggregate() -> RuleDef {
 ///
 /// No condition: with the left operand on every site, each right tuple meets
 /// all its partners where it lives, whatever `pb`'s placement.
+///
+/// Arity audit: `jl` and `jr` name each operand's dims on both sides; no key
+/// map.
 pub fn lower_join() -> RuleDef {
     def(
         "lower-join",
@@ -80,6 +86,9 @@ pub fn lower_join() -> RuleDef {
 /// `lower-rekey`: `(rekey ?f (erase ?p)) = (erase (lmap ?f id ?p))`.
 ///
 /// No condition: a key map works tuple by tuple, wherever the tuple is.
+///
+/// Arity audit: no condition; the key map is copied unchanged and typed
+/// against the same input on both sides.
 pub fn lower_rekey() -> RuleDef {
     def(
         "lower-rekey",
@@ -99,6 +108,9 @@ pub fn lower_rekey() -> RuleDef {
 /// `lower-filter`: `(filter ?pr (erase ?p)) = (erase (lfilter ?pr ?p))`.
 ///
 /// No condition: a filter works tuple by tuple.
+///
+/// Arity audit: no condition; the predicate reads the same input's keys on
+/// both sides.
 pub fn lower_filter() -> RuleDef {
     def(
         "lower-filter",
@@ -118,6 +130,9 @@ pub fn lower_filter() -> RuleDef {
 /// `lower-transform`: `(transform ?k (erase ?p)) = (erase (lmap id ?k ?p))`.
 ///
 /// No condition: a block kernel works tuple by tuple.
+///
+/// Arity audit: the key map is `id`, the identity on any arity; nothing is
+/// compared.
 pub fn lower_transform() -> RuleDef {
     def(
         "lower-transform",
@@ -141,6 +156,9 @@ pub fn lower_transform() -> RuleDef {
 /// size` blocks per tuple, paired in order with the keys of the replicating
 /// key map. Key and kernel come from [`types::tile_as_map`], the function that
 /// types `tile` itself, so both sides have the same type by construction.
+///
+/// Arity audit: the replicating key map is built from the input's own arity
+/// (`types::tile_as_map` on `p`'s type), not from the output's.
 pub fn lower_tile() -> RuleDef {
     let rhs = pat("(erase (lmap ?key ?kernel ?p))").ast;
     def(
@@ -165,6 +183,9 @@ pub fn lower_tile() -> RuleDef {
 /// where the concat aggregation joins them along `ad` ordered by `kd`.
 /// `g` and the kernel come from [`types::concat_as_aggregate`], the function
 /// that types `concat` itself.
+///
+/// Arity audit: `g` is built from the input's arity (every dim but `kd`);
+/// no key map.
 pub fn lower_concat() -> RuleDef {
     let rhs = pat("(erase (lagg ?g ?kernel (shuffle ?g ?x)))").ast;
     def(

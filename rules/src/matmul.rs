@@ -47,6 +47,10 @@ fn operands(eg: &TraEGraph, s: &egg::Subst) -> Option<(Vec<u32>, Vec<u32>)> {
 /// The join's output is hashed on an output dim in `[0,2]` (`k` from `Y`, or
 /// `i` from `X`), so the aggregation is complete without another shuffle.
 /// Condition: operands of key arity 2 with equal common frontier.
+///
+/// Arity audit: both operands are checked to have key arity 2; `[1]`/`[0]`
+/// shuffle each operand by its own dims, `[0,2]` groups the join's 3-dim
+/// output; no key map.
 pub fn matmul_bmm() -> RuleDef {
     let left =
         pat("(erase (lagg [0,2] kernel:matAdd (ljoin [1] [0] kernel:matMul (broadcast ?x) (shuffle [1] ?y))))").ast;
@@ -79,6 +83,10 @@ pub fn matmul_bmm() -> RuleDef {
 ///
 /// Condition: operands of key arity 2 with equal common frontier; `matAdd` is
 /// associative and commutative (the second phase sums partial sums).
+///
+/// Arity audit: operands checked to have key arity 2; the first phase groups
+/// the join's 3-dim output by `[0,2]`, the second its 2-dim partial results
+/// by `[0,1]` (positions, not the join's dims); no key map.
 pub fn matmul_cmm() -> RuleDef {
     let rhs = pat("(erase (lagg [0,1] kernel:matAdd (shuffle [0,1] (erase (lagg [0,2] kernel:matAdd \
          (ljoin [1] [0] kernel:matMul (shuffle [1] ?x) (shuffle [0] ?y)))))))")
@@ -118,6 +126,9 @@ fn member(eg: &TraEGraph, l: Id) -> Option<Id> {
 /// frontier then gives exactly the keys the join needs, and the typing of the
 /// replicated relations agrees with the TRA join's) of key arity 2 with equal
 /// common frontier; every node of the plan type-checks.
+///
+/// Arity audit: the replicating key maps are built for their input's arity
+/// (2, checked) and give arity 3, which the 3-dim join and shuffles name.
 pub fn matmul_rmm() -> RuleDef {
     let rhs = pat("(erase (lagg [0,2] kernel:matAdd (shuffle [0,2] (erase (ljoin [0,1,2] [0,1,2] kernel:matMul \
          (shuffle [0,1,2] (erase (lmap ?kx id ?px))) (shuffle [0,1,2] (erase (lmap ?ky id ?py))))))))")

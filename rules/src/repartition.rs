@@ -38,6 +38,8 @@ fn with(eg: &mut TraEGraph, s: &Subst, binds: Vec<(&str, Param)>) -> Subst {
 /// partial aggregate's copies stay copies). The paper's "only the last of a
 /// sequence of shuffles is needed" follows by congruence:
 /// `shuffle(q, erase(shuffle(p, x))) = shuffle(q, x)`.
+///
+/// Arity audit: no key map and no condition on dims.
 pub fn r2_1() -> RuleDef {
     def(
         "R2-1",
@@ -57,6 +59,9 @@ pub fn r2_1() -> RuleDef {
 /// No condition: a tuple's site depends on its key only, and a filter keeps
 /// keys; filtering first moves fewer tuples. The inner filter needs `x`
 /// complete (checked by typing).
+///
+/// Arity audit: the predicate reads the keys of `x`, which neither the
+/// filter nor the re-partition changes; `d` names `x`'s dims on both sides.
 pub fn r2_2() -> RuleDef {
     let shuf = pat("(shuffle ?d (erase (lfilter ?p ?x)))").ast;
     let bcast = pat("(broadcast (erase (lfilter ?p ?x)))").ast;
@@ -84,6 +89,11 @@ pub fn r2_2() -> RuleDef {
 /// the same before and after the map), both directions. The paper writes
 /// R2-3 for any key map: with one that changes keys, the shuffle would send
 /// tuples by their old keys, which is a different placement.
+///
+/// Arity audit: `f` is checked against the arity of the map's input `x`
+/// (for both directions the map reads `x` or its re-partition, of the same
+/// arity); `d` names dims of the map's output, which are `x`'s when `f` is
+/// the identity.
 pub fn r2_3() -> RuleDef {
     let b_down = pat("(lmap ?f ?k (broadcast (erase ?x)))").ast;
     let b_up = pat("(broadcast (erase (lmap ?f ?k ?x)))").ast;
@@ -162,6 +172,10 @@ pub fn r2_3() -> RuleDef {
 /// then aggregate every group on one site. The paper's "partDims ⊆
 /// groupByKeys" speaks of the shuffle's dims, which is garbled: what matters
 /// is how `r` is already placed.
+///
+/// Arity audit: `p` and `r`'s placement dims are both dims of `r`; in the
+/// paper form, `D` (dims of `r`) and `g` (group-by dims, also read from the
+/// aggregation's input) are compared in the same space. No key map.
 pub fn r2_4() -> RuleDef {
     let agg = pat("(erase (lagg ?g ?k ?r))").ast;
     def(
@@ -251,6 +265,9 @@ fn proper_subsets(g: &[usize]) -> Vec<Vec<usize>> {
 /// each group on one site, so the local aggregation is complete; shuffle dims
 /// are input dims, so nothing is renamed. This lets a relation already placed
 /// on some of the group dims skip the shuffle (with R2-4).
+///
+/// Arity audit: `d` and `g` are both dims of the aggregation's input; no key
+/// map.
 pub fn agg_subset() -> RuleDef {
     let rhs = pat("(erase (lagg ?g ?k (shuffle ?d ?x)))").ast;
     def(
@@ -287,6 +304,10 @@ pub fn agg_subset() -> RuleDef {
 /// by `p`'s positions among them. The paper's "groupByKeys ⊂ partDims" is
 /// garbled. The guard (the pre-aggregation must be partial, `r` complete)
 /// also stops the rule from rewriting its own output forever.
+///
+/// Arity audit: `p`, `g` and `D` are dims of the first phase's input `r`; the
+/// second phase reads the partial results, whose dims are *positions in `g`*
+/// (`id_g`, `pos_g(p)`), not `r`'s dims.
 pub fn r2_5() -> RuleDef {
     let rhs = pat("(erase (lagg ?idg ?k (shuffle ?pos (erase (lagg ?g ?k ?r)))))").ast;
     def(
@@ -333,6 +354,9 @@ pub fn r2_5() -> RuleDef {
 /// No condition: in each form every matching pair meets on some site exactly
 /// once (a broadcast operand is everywhere; co-partitioned operands are
 /// hashed on matching join dims). From each form, the other two are added.
+///
+/// Arity audit: `jl` and `jr` keep naming each operand's own dims in every
+/// form; no key map.
 pub fn r2_6() -> RuleDef {
     const BL: &str = "(erase (ljoin ?jl ?jr ?k (broadcast (erase ?pa)) ?pb))";
     const BR: &str = "(erase (ljoin ?jl ?jr ?k ?pa (broadcast (erase ?pb))))";
@@ -366,6 +390,11 @@ pub fn r2_6() -> RuleDef {
 /// co-partitioned on matching join dims (every pair meets), and the join's
 /// output is placed `Hash(p)`, exactly like the left side. The paper's
 /// "partDims ≅ joinKeysL ≅ joinKeysR" is this.
+///
+/// Arity audit: `p` names dims of the join's *output*; a left join dim keeps
+/// its position in the output (the left key comes first), so `p ⊆ jl`
+/// compares like with like, and `p_r` is translated to the right operand's
+/// dims through `jr`.
 pub fn r2_7() -> RuleDef {
     let rhs = pat("(ljoin ?jl ?jr ?k (shuffle ?p (erase ?r)) (shuffle ?pr (erase ?s)))").ast;
     def(
@@ -396,6 +425,11 @@ pub fn r2_7() -> RuleDef {
 /// left join dim (equal to its right join dim on every pair); `p'` = their
 /// positions in the right operand, so that the join's output is placed
 /// `Hash(p)`. Left side: dims below the left arity; `p'' = p`.
+///
+/// Arity audit: `p` names dims of the join's output; the left arity `la` is
+/// the *operand's* arity, and `p'` is translated into the right operand's
+/// dims (its non-join dims in order after `la`, or `jr[i]` for a left join
+/// dim).
 pub fn r2_7b() -> RuleDef {
     let left_bcast = pat("(ljoin ?jl ?jr ?k (broadcast ?a) (shuffle ?pp (erase ?pb)))").ast;
     let right_bcast = pat("(ljoin ?jl ?jr ?k (shuffle ?p (erase ?pa)) (broadcast ?b))").ast;

@@ -15,7 +15,7 @@ use tra_optimizer::egraph::{type_node, ClassData, Ia, LogicalType, Param, TraAna
 use tra_optimizer::kernel::KernelRef;
 use tra_optimizer::keyexpr::{KeyFn, Predicate};
 use tra_optimizer::rule::{Named, TraRewrite};
-use tra_optimizer::types::{PhysType, Placement};
+use tra_optimizer::types::PhysType;
 
 // ---------------------------------------------------------------------------
 // Reading the analysis.
@@ -164,30 +164,8 @@ pub(crate) fn extend(eg: &mut TraEGraph, subst: &Subst, binds: Vec<(&str, Param)
 }
 
 /// Why merging two classes with these analysis values would make the
-/// analysis panic, if it would (the same tests as `TraAnalysis::merge`).
-pub fn conflict(a: &ClassData, b: &ClassData) -> Option<String> {
-    match (a, b) {
-        (ClassData::Param(x), ClassData::Param(y)) => (x != y).then(|| format!("parameters {x} and {y}")),
-        (ClassData::L(x), ClassData::L(y)) => (x != y).then(|| format!("logical types {x:?} and {y:?}")),
-        (ClassData::P(x), ClassData::P(y)) => {
-            if x.rel != y.rel {
-                return Some(format!("relations {:?} and {:?}", x.rel, y.rel));
-            }
-            if (x.complete, x.tuples) != (y.complete, y.tuples) {
-                return Some(format!(
-                    "completeness ({}, {} tuples) and ({}, {} tuples)",
-                    x.complete, x.tuples, y.complete, y.tuples
-                ));
-            }
-            match (&x.placement, &y.placement) {
-                (p, q) if p == q => None,
-                (_, Placement::Any) | (Placement::Any, _) => None,
-                (p, q) => Some(format!("placements {p} and {q}")),
-            }
-        }
-        (x, y) => Some(format!("sorts of {x:?} and {y:?}")),
-    }
-}
+/// analysis panic, if it would (the analysis's own test).
+pub use tra_optimizer::egraph::conflict;
 
 /// What to do when a right-hand side's type disagrees with the matched
 /// class's.

@@ -136,7 +136,10 @@ fn try_random_program<R: Rng>(rng: &mut R, opts: GenOptions) -> Option<Program> 
             }
             5 => {
                 let key = match a.frontier.len() {
-                    2 => *["[k1, k0]", "[k0, k1, 0..2]", "[k0 * 4 + k1]"].choose(rng).unwrap(),
+                    // `[k0]`, `[k1]` drop a dim: valid after a filter `k0 == k1`
+                    // or when the dropped dim has bound 1 (else the check
+                    // rejects the node and another is drawn).
+                    2 => *["[k1, k0]", "[k0, k1, 0..2]", "[k0 * 4 + k1]", "[k0]", "[k1]"].choose(rng).unwrap(),
                     1 => *["[k0 + 1]", "[k0, 0..2]", "[0, k0]"].choose(rng).unwrap(),
                     _ => continue,
                 };
@@ -144,8 +147,11 @@ fn try_random_program<R: Rng>(rng: &mut R, opts: GenOptions) -> Option<Program> 
             }
             6 | 7 => {
                 let square = a.block.len() == 2 && a.block[0] == a.block[1];
-                let choices: &[&str] =
-                    if square { &["relu", "transpose", "scale(2)", "sigmoid", "neg"] } else { &["relu", "scale(2)"] };
+                let choices: &[&str] = if square {
+                    &["relu", "transpose", "scale(2)", "sigmoid", "neg", "diag"]
+                } else {
+                    &["relu", "scale(2)"]
+                };
                 json!({"op": "transform", "input": a.name, "kernel": choices.choose(rng).unwrap()})
             }
             8 => {
@@ -195,6 +201,133 @@ fn try_random_program<R: Rng>(rng: &mut R, opts: GenOptions) -> Option<Program> 
     }
     let p = Program::from_value(
         &json!({"inputs": inputs, "nodes": nodes, "outputs": outputs, "cluster": {"sites": opts.sites}}),
+    )
+    .ok()?;
+    check_program(&p).ok()?;
+    Some(p)
+}
+
+/// Programs as users write them over blocked matrices: products (a chain of
+/// one to four matrices, bracketed at random), sometimes with a block mask
+/// (a filter) on an operand, and over the result one or two of: its
+/// diagonal (`diag(A·B)`: filter `k0 == k1`, rekey `[k0]`, `diag`), its
+/// transpose (rekey `[k1, k0]`, `transpose`), its row sums (`rowSum`, then
+/// the sum over block columns), `relu(· + Z)`, a block mask, a scale. Key
+/// bounds 1–3, blocks 1–4 (square where the composition needs it).
+pub fn composite_program<R: Rng>(rng: &mut R, sites: usize) -> Program {
+    loop {
+        if let Some(p) = try_composite(rng, sites) {
+            return p;
+        }
+    }
+}
+
+/// A composite program under construction.
+struct Composite {
+    inputs: Map<String, Value>,
+    nodes: Map<String, Value>,
+}
+
+impl Composite {
+    fn input(&mut self, keys: [u32; 2], block: [usize; 2]) -> String {
+        let name = format!("M{}", self.inputs.len());
+        self.inputs.insert(name.clone(), json!({"key_bounds": keys, "array_bounds": block}));
+        name
+    }
+    fn node(&mut self, v: Value) -> String {
+        let name = format!("N{}", self.nodes.len());
+        self.nodes.insert(name.clone(), v);
+        name
+    }
+    fn product(&mut self, x: &str, y: &str) -> String {
+        let j = self.node(
+            json!({"op": "join", "left": x, "right": y, "left_keys": [1], "right_keys": [0], "kernel": "matMul"}),
+        );
+        self.node(json!({"op": "aggregate", "input": j, "group_by": [0, 2], "kernel": "matAdd"}))
+    }
+    fn filter(&mut self, x: &str, p: &str) -> String {
+        self.node(json!({"op": "filter", "input": x, "predicate": p}))
+    }
+    fn rekey(&mut self, x: &str, k: &str) -> String {
+        self.node(json!({"op": "rekey", "input": x, "key": k}))
+    }
+    fn transform(&mut self, x: &str, k: &str) -> String {
+        self.node(json!({"op": "transform", "input": x, "kernel": k}))
+    }
+}
+
+const MASKS: &[&str] = &["k0 == k1", "k0 <= k1", "k0 >= k1", "k1 < 2", "k0 != k1", "k0 + k1 < 3"];
+
+/// The product of matrices `lo..hi` of the chain, bracketed at random.
+fn bracketed<R: Rng>(rng: &mut R, c: &mut Composite, ms: &[String], lo: usize, hi: usize) -> String {
+    if hi - lo == 1 {
+        return ms[lo].clone();
+    }
+    let split = rng.random_range(lo + 1..hi);
+    let l = bracketed(rng, c, ms, lo, split);
+    let r = bracketed(rng, c, ms, split, hi);
+    c.product(&l, &r)
+}
+
+fn try_composite<R: Rng>(rng: &mut R, sites: usize) -> Option<Program> {
+    let mut c = Composite { inputs: Map::new(), nodes: Map::new() };
+    let len = *[1usize, 2, 2, 2, 3, 4].choose(rng).unwrap();
+    let square = rng.random_bool(0.6);
+    let b0 = rng.random_range(1..=4);
+    let f0 = rng.random_range(1..=3u32);
+    let mut blocks = vec![b0];
+    let mut fronts = vec![f0];
+    for i in 1..=len {
+        let last = i == len;
+        blocks.push(if square || (last && rng.random_bool(0.5)) { b0 } else { rng.random_range(1..=4) });
+        fronts.push(if last && rng.random_bool(0.6) { f0 } else { rng.random_range(1..=3) });
+    }
+    let mut ms: Vec<String> = Vec::new();
+    for i in 0..len {
+        let m = c.input([fronts[i], fronts[i + 1]], [blocks[i], blocks[i + 1]]);
+        // A block mask on an operand, sometimes.
+        let m = if rng.random_bool(0.15) { c.filter(&m, MASKS.choose(rng).unwrap()) } else { m };
+        ms.push(m);
+    }
+    let mut x = bracketed(rng, &mut c, &ms, 0, len);
+    let (out_front, out_block) = ([fronts[0], fronts[len]], [blocks[0], blocks[len]]);
+    let finishers = ["diag", "transpose", "rowsum", "relu_plus", "mask", "scale", "none"];
+    let mut outputs = Vec::new();
+    for step in 0..rng.random_range(1..=2) {
+        match *finishers.choose(rng).unwrap() {
+            "diag" if out_block[0] == out_block[1] && out_front[0] == out_front[1] && step == 0 => {
+                let f = c.filter(&x, "k0 == k1");
+                let r = c.rekey(&f, "[k0]");
+                outputs.push(c.transform(&r, "diag"));
+            }
+            "transpose" if step == 0 => {
+                let r = c.rekey(&x, "[k1, k0]");
+                x = c.transform(&r, "transpose");
+            }
+            "rowsum" => {
+                let t = c.transform(&x, "rowSum");
+                outputs.push(c.node(json!({"op": "aggregate", "input": t, "group_by": [0], "kernel": "matAdd"})));
+            }
+            "relu_plus" if step == 0 => {
+                let z = c.input(out_front, out_block);
+                let s = c.node(json!({"op": "join", "left": x, "right": z, "left_keys": [0, 1],
+                                      "right_keys": [0, 1], "kernel": "matAdd"}));
+                x = c.transform(&s, "relu");
+            }
+            "mask" => x = c.filter(&x, MASKS.choose(rng).unwrap()),
+            "scale" => x = c.transform(&x, ["scale(2)", "neg"].choose(rng).unwrap()),
+            _ => {}
+        }
+    }
+    // The last result is an output too when nothing uses it (no dead nodes),
+    // and sometimes anyway.
+    let used = c.nodes.values().any(|n| ["input", "left", "right"].iter().any(|f| n.get(*f) == Some(&json!(x))));
+    if outputs.is_empty() || !used || rng.random_bool(0.3) {
+        outputs.push(x);
+    }
+    outputs.dedup();
+    let p = Program::from_value(
+        &json!({"inputs": c.inputs, "nodes": c.nodes, "outputs": outputs, "cluster": {"sites": sites}}),
     )
     .ok()?;
     check_program(&p).ok()?;

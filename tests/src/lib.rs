@@ -10,6 +10,31 @@ pub fn program(json: &str) -> Program {
     Program::from_json(json).unwrap_or_else(|e| panic!("test program does not parse: {e}"))
 }
 
+/// `diag(A·B)` as users write it, over 2×2 blocks of 6×6 on 5 sites: the
+/// product, its diagonal blocks (filter `k0 == k1`, rekey `[k0]`), `diag` of
+/// each. It once crashed the optimizer (R1-4 judged the dropping key map
+/// `[k0]` by its own output arity).
+pub const DIAG_OF_PRODUCT: &str = r#"{
+  "inputs": {"A": {"key_bounds": [2, 2], "array_bounds": [6, 6]}, "B": {"key_bounds": [2, 2], "array_bounds": [6, 6]}},
+  "nodes": {"J": {"op": "join", "left": "A", "right": "B", "left_keys": [1], "right_keys": [0], "kernel": "matMul"},
+            "S": {"op": "aggregate", "input": "J", "group_by": [0, 2], "kernel": "matAdd"},
+            "F": {"op": "filter", "input": "S", "predicate": "k0 == k1"},
+            "R": {"op": "rekey", "input": "F", "key": "[k0]"},
+            "D": {"op": "transform", "input": "R", "kernel": "diag"}},
+  "outputs": ["D"], "cluster": {"sites": 5}
+}"#;
+
+/// The smallest program of the same shape: aggregate by both dims of a
+/// `[2, 1]` relation, a rekey that drops the dim of bound 1, a kernel that
+/// distributes over `matAdd`, on one site.
+pub const MINIMAL_FORM: &str = r#"{
+  "inputs": {"X": {"key_bounds": [2, 1], "array_bounds": [3, 4]}},
+  "nodes": {"S": {"op": "aggregate", "input": "X", "group_by": [0, 1], "kernel": "matAdd"},
+            "R": {"op": "rekey", "input": "S", "key": "[k0]"},
+            "T": {"op": "transform", "input": "R", "kernel": "scale(2)"}},
+  "outputs": ["T"], "cluster": {"sites": 1}
+}"#;
+
 /// The API.md matmul program with the given key bounds, block sizes and sites.
 pub fn matmul_program(i: u32, j: u32, k: u32, block: usize, sites: usize) -> Program {
     program(&format!(

@@ -8,7 +8,11 @@
 //!   shrunk workloads. A failure prints the rule, the seed, the program and
 //!   both plans.
 //! - Coverage guard: every registered rule has a generator, fires on its
-//!   generated instances, and is checked on at least 20 pairs (default count).
+//!   generated instances, and is checked on at least 20 pairs (default count);
+//!   and every cell (operand kind × key-map kind × kernel fact) its pattern
+//!   can match (`tra_tests::soundness::coverage::reachable`) was matched by
+//!   its own generated instances. The report lists reached / reachable cells
+//!   per rule (`TRA_SOUNDNESS_COVERAGE=1`: every cell).
 //! - Mutation: deliberately unsound variants of real rules
 //!   (`tra_tests::soundness::mutants`) stand in for the real rule; each must
 //!   be caught three ways: with the analysis's merge assertion off and no
@@ -17,10 +21,12 @@
 //! - E-graph check: every workload of `examples/` (shrunk) saturated with
 //!   every rule while the value oracle evaluates each class on one input.
 //!
-//! The last line written is `soundness: R rules, I instances, M/N mutants caught`.
+//! The last line written is `soundness: R rules, I instances, M/N mutants
+//! caught, C/D coverage cells`.
 //!
 //! Environment: `TRA_SOUNDNESS_CASES` (instances per rule, default 200),
 //! `TRA_SOUNDNESS_PROGRAMS` (random programs run with every rule, default 200),
+//! `TRA_SOAK=1` (both ten times larger),
 //! `TRA_SOUNDNESS_SEED` (base seed, default 0), `TRA_SOUNDNESS_REPLAY=RULE:SEED`
 //! (run one instance of one real rule, as printed by a failure; with
 //! `TRA_SOUNDNESS_MUTANT=NAME` the mutant of that name instead, with
@@ -36,7 +42,7 @@ use std::time::Instant;
 use tra_optimizer::egraph::{add_program, Ia, TraAnalysis, TraEGraph};
 use tra_tests::oracle::RefOracle;
 use tra_tests::soundness::{
-    check_rule, check_seed, generators, mutants, quietly, random_data, workloads, Caught, Executor, Options,
+    check_rule, check_seed, coverage, generators, mutants, quietly, random_data, workloads, Caught, Executor, Options,
     RuleReport, RuleSets,
 };
 
@@ -44,8 +50,17 @@ fn env_u64(name: &str, default: u64) -> u64 {
     std::env::var(name).ok().and_then(|s| s.trim().parse().ok()).unwrap_or(default)
 }
 
+/// 10 with `TRA_SOAK` set (the soak: ten times the instances), else 1.
+fn soak() -> u64 {
+    if std::env::var_os("TRA_SOAK").is_some() {
+        10
+    } else {
+        1
+    }
+}
+
 fn cases() -> u64 {
-    env_u64("TRA_SOUNDNESS_CASES", 200)
+    env_u64("TRA_SOUNDNESS_CASES", 200) * soak()
 }
 
 fn base_seed() -> u64 {
@@ -54,7 +69,7 @@ fn base_seed() -> u64 {
 
 /// Random programs run with every rule at once.
 fn random_programs() -> u64 {
-    env_u64("TRA_SOUNDNESS_PROGRAMS", 200)
+    env_u64("TRA_SOUNDNESS_PROGRAMS", 200) * soak()
 }
 
 /// Instances per rule run with the value oracle on as well.
@@ -123,7 +138,7 @@ fn rules_are_sound_and_mutants_are_caught() {
             let r = check_seed(&sets, g.gen, seed, &Options { oracle, ..Options::default() });
             match r {
                 Ok(s) => {
-                    let s = s.get(name).copied().unwrap_or_default();
+                    let s = s.get(name).cloned().unwrap_or_default();
                     eprintln!("{rule} seed {seed} (oracle {oracle}): fired {}, {} pairs agree", s.fired, s.pairs)
                 }
                 Err(f) => panic!("{f}"),
@@ -260,6 +275,39 @@ fn rules_are_sound_and_mutants_are_caught() {
             }
         }
     }
+    // Coverage guard, part 3: every cell (operand kind × key-map kind ×
+    // kernel fact) that a rule's pattern can match on generated programs was
+    // matched by its own generated instances (tra_tests::soundness::coverage).
+    let full_table = std::env::var("TRA_SOUNDNESS_COVERAGE").is_ok();
+    let (mut cells_reached, mut cells_reachable) = (0usize, 0usize);
+    eprintln!("coverage (operand × key map × fact cells reached / reachable, and cells reached beyond those):");
+    for (plain, oracle) in &rule_reports {
+        let seen: std::collections::BTreeSet<coverage::Cell> = plain.cells.union(&oracle.cells).copied().collect();
+        let want = coverage::reachable(&plain.rule);
+        let missing: Vec<&coverage::Cell> = want.iter().filter(|c| !seen.contains(c)).collect();
+        let extra = seen.iter().filter(|c| !want.contains(c)).count();
+        cells_reached += want.len() - missing.len();
+        cells_reachable += want.len();
+        eprintln!("  {:<16} {:>4} / {:<4} +{extra}", plain.rule, want.len() - missing.len(), want.len());
+        if full_table {
+            for c in &seen {
+                eprintln!("      {:<10} {:<10} {}{}", c.0, c.1, c.2, if want.contains(c) { "" } else { "  (beyond)" });
+            }
+        }
+        if want.is_empty() {
+            failures
+                .push(format!("coverage: rule {} has no reachable cells listed in coverage::reachable", plain.rule));
+        }
+        if !missing.is_empty() && plain.failure.is_none() && oracle.failure.is_none() {
+            let list: Vec<String> = missing.iter().map(|(o, m, f)| format!("{o} × {m} × {f}")).collect();
+            failures.push(format!(
+                "coverage: rule {}: {} reachable cell(s) never matched by its generated instances: {}",
+                plain.rule,
+                missing.len(),
+                list.join(", ")
+            ));
+        }
+    }
     let mut caught = 0usize;
     for m in &mutant_reports {
         let show = |c: &Option<(Caught, u64)>| match c {
@@ -291,11 +339,13 @@ fn rules_are_sound_and_mutants_are_caught() {
     }
     eprintln!("time: {:.1} s", start.elapsed().as_secs_f64());
     let summary = format!(
-        "soundness: {} rules, {} instances, {}/{} mutants caught",
+        "soundness: {} rules, {} instances, {}/{} mutants caught, {}/{} coverage cells",
         names.len(),
         instances,
         caught,
-        mutant_reports.len()
+        mutant_reports.len(),
+        cells_reached,
+        cells_reachable
     );
     // Written past the test harness's capture, so that it shows in every run.
     let _ = writeln!(std::io::stderr().lock(), "\n{summary}");

@@ -99,6 +99,7 @@ pub(super) async fn execute_handler(
         "outputs": outputs,
         "estimated_memory_bytes": p.estimate.bytes,
         "runtime": runtime,
+        "warnings": p.answer["warnings"],
     })))
 }
 

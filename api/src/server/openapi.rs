@@ -221,10 +221,25 @@ pub fn document(config: &ServerConfig) -> Value {
                 "alternatives": {"type": "array", "items": r("Alternative"),
                     "description": "The best plan of each distinct strategy, cheapest first; alternatives[0] is the chosen plan"},
                 "rules_applied": {"type": "array", "items": {"type": "string"}},
+                "warnings": {"type": "array", "items": r("Warning"),
+                    "description": "What went wrong without stopping the answer; empty normally. A rewrite rule that \
+                                    broke an invariant of the optimizer is left out and named here (the plan was found \
+                                    without it); with `tra serve --strict` that answers 500 instead"},
                 "stats": r("Stats"),
                 "report": r("PlanReport")
             },
-            "required": ["plan", "cost", "alternatives", "rules_applied", "stats"]
+            "required": ["plan", "cost", "alternatives", "rules_applied", "warnings", "stats"]
+        },
+        "Warning": {
+            "type": "object",
+            "properties": {
+                "code": {"type": "string", "enum": ["rule_failed"],
+                    "description": "rule_failed: a rewrite rule broke an invariant of the e-graph (a bug in tra) and was left out"},
+                "rule": {"type": "string", "description": "The rule's name, as GET /v1/rules lists it"},
+                "at": {"type": "string", "description": "The program node(s) where it failed, comma-separated; empty when not known"},
+                "message": {"type": "string"}
+            },
+            "required": ["code", "rule", "at", "message"]
         },
         "Float": {
             "description": "A float: a JSON number, or for the values JSON has no number for the strings \"NaN\", \
@@ -283,9 +298,10 @@ pub fn document(config: &ServerConfig) -> Value {
                 "cost": r("Cost"),
                 "outputs": {"type": "object", "additionalProperties": r("OutputValue")},
                 "runtime": {"type": "string", "enum": ["threads", "cluster"],
-                    "description": "Where the plan ran: worker threads of the server, or the cluster of `tra serve --hosts`"}
+                    "description": "Where the plan ran: worker threads of the server, or the cluster of `tra serve --hosts`"},
+                "warnings": {"type": "array", "items": r("Warning"), "description": "As in OptimizeAnswer"}
             },
-            "required": ["timings_ms", "network_floats_measured", "network_floats_predicted", "outputs"]
+            "required": ["timings_ms", "network_floats_measured", "network_floats_predicted", "outputs", "warnings"]
         },
         "Rule": {
             "type": "object",
@@ -335,7 +351,12 @@ pub fn document(config: &ServerConfig) -> Value {
             "headers": {"Retry-After": {"description": "Seconds to wait before trying again (overloaded only)",
                 "schema": {"type": "integer"}}},
             "content": json_content(r("Error"))},
-        "500": error_response("A bug in tra (internal)")
+        "500": error_response("A bug in tra (internal)"),
+        "503": error_response(&format!(
+            "A limit stopped the work before a plan existed (limit_exceeded): {} e-graph nodes, {} s",
+            config.max_egraph_nodes, config.optimize_time.as_secs_f64())),
+        "500": error_response("A bug in tra (internal): a rewrite rule failed and optimizing again without it failed \
+                                too (or the server is --strict), naming the rule")
     });
     let mut execute_errors = optimize_errors.clone();
     execute_errors["413"] = error_response(&format!(

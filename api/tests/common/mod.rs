@@ -9,10 +9,12 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tra_api::server::{serve_on, ServerConfig};
 
-/// Start a server with this configuration; its address.
+/// Start a server with this configuration, strict (a failing rewrite rule
+/// answers 500 instead of a plan with a warning: tests must see it); its address.
 pub async fn start(config: ServerConfig) -> SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().unwrap();
+    let config = ServerConfig { strict: true, ..config };
     tokio::spawn(async move { serve_on(listener, config).await.expect("serve") });
     addr
 }

@@ -6,6 +6,13 @@
 //! parameters are drawn so that many instances satisfy the rule's condition
 //! and some do not (the rule must then leave them alone; a mutant that drops
 //! the condition must be caught on them).
+//!
+//! Operands are not only inputs: [`B::operand`] makes inputs, filters,
+//! aggregates, joins and maps of the key bounds asked for, and
+//! [`B::rekey_any`] key maps of every kind — the identity, and maps that
+//! drop (after a filter `ki == kj`, or a dim of bound 1), duplicate,
+//! permute, offset, insert or replicate dims. What the instances reach is
+//! measured by [`super::coverage`].
 
 use rand::seq::IndexedRandom;
 use rand::Rng;
@@ -39,16 +46,16 @@ pub fn for_rule(name: &str) -> Option<RuleGen> {
         "lower-tile" => g(tile_program, &[]),
         "lower-concat" => g(concat_program, &[]),
         "R1-1" => g(filter_filter, &[]),
-        "R1-2" => g(map_map, &[]),
-        "R1-3" => g(map_filter, &[]),
-        "R1-4" => g(aggregate_map, &["R2-3"]),
+        "R1-2" => g(map_map, &["R1-5", "R1-6"]),
+        "R1-3" => g(map_filter, &["R1-2", "R1-5", "R1-6"]),
+        "R1-4" => g(aggregate_map, &["R1-2", "R1-5", "R2-3"]),
         "R1-5" => g(aggregate_filter, &[]),
         "R1-6" => g(join_filter, &["R2-6"]),
-        "R1-7" => g(join_map, &["R1-2"]),
-        "map-identity" => g(identity_rekey, &["R1-7"]),
+        "R1-7" => g(join_map, &["R1-2", "R1-6"]),
+        "map-identity" => g(identity_rekey, &["R1-7", "R1-5", "R1-6"]),
         "R2-1" => g(join_and_aggregate, &["R2-4", "R2-6", "R2-7"]),
         "R2-2" => g(join_filter, &["R1-6", "R2-6"]),
-        "R2-3" => g(map_then_repartition, &[]),
+        "R2-3" => g(map_then_repartition, &["R1-2", "R1-5", "R1-6"]),
         "R2-4" => g(placed_inputs, &[]),
         "agg-subset" => g(multi_dim_aggregate, &[]),
         "R2-5" => g(two_phase, &["agg-subset"]),
@@ -70,6 +77,10 @@ pub struct B<'r> {
 }
 
 const AGG: &[&str] = &["matAdd", "max", "min", "elemMul"];
+/// What [`B::operand_of`] makes.
+const OPERAND_KINDS: &[&str] = &["input", "filter", "aggregate", "join", "map"];
+/// What [`B::rekey_kind`] makes.
+const KEY_MAP_KINDS: &[&str] = &["identity", "drop", "duplicate", "permute", "offset", "insert", "replicate"];
 const ELEM2: &[&str] = &["matAdd", "matSub", "elemMul", "max", "min"];
 const SAME_SHAPE: &[&str] = &["relu", "neg", "scale(2)", "sigmoid"];
 
@@ -120,18 +131,223 @@ impl<'r> B<'r> {
             _ => json!({"hash": self.subset(arity, true)}),
         }
     }
-    /// An operand: an input with a random placement, sometimes filtered
-    /// (a relation with holes, whose frontier and key set the typing
-    /// recomputes).
+    /// An operand with these key bounds and block shape, of a random kind:
+    /// an input with a random placement, a filter of one (a relation with
+    /// holes, whose frontier the typing recomputes), an aggregate (of an
+    /// input with one more dim, summed away), a join (elementwise on every
+    /// dim, or a matrix with a vector on its last dim) or a map (a
+    /// shape-keeping transform).
     fn input(&mut self, keys: Vec<u32>, block: Vec<usize>) -> String {
+        self.operand(keys, block)
+    }
+
+    /// See [`B::input`]: each kind equally often.
+    pub fn operand(&mut self, keys: Vec<u32>, block: Vec<usize>) -> String {
+        let kind = self.pick(OPERAND_KINDS);
+        self.operand_of(kind, keys, block)
+    }
+
+    /// An operand of this kind (`input`, `filter`, `aggregate`, `join`,
+    /// `map`; an input when the kind does not fit key arity 0).
+    pub fn operand_of(&mut self, kind: &str, keys: Vec<u32>, block: Vec<usize>) -> String {
         let n = keys.len();
-        let p = self.placement(n);
-        let x = self.input_placed(keys, block, p);
-        if n > 0 && self.coin(0.2) {
-            let pr = self.predicate(n);
-            return self.filter(&x, pr);
+        match kind {
+            "filter" if n > 0 => {
+                let x = self.plain_input(keys, block);
+                let pr = self.predicate(n);
+                self.filter(&x, pr)
+            }
+            "aggregate" => {
+                // One more dim, at a random position, aggregated away.
+                let at = self.range(0, n);
+                let mut wide = keys.clone();
+                wide.insert(at, self.range(1, 3) as u32);
+                let x = self.plain_input(wide, block);
+                let g: Vec<usize> = (0..=n).filter(|&d| d != at).collect();
+                let k = self.pick(AGG);
+                self.aggregate(&x, g, k)
+            }
+            "join" if n > 0 => {
+                let x = self.plain_input(keys.clone(), block.clone());
+                if block.len() == 2 && self.coin(0.4) {
+                    let v = self.plain_input(vec![keys[n - 1]], vec![block[1]]);
+                    let k = self.pick(&["matVecAdd", "matVecSub"]);
+                    self.join(&x, &v, vec![n - 1], vec![0], k)
+                } else {
+                    let y = self.plain_input(keys, block);
+                    let dims: Vec<usize> = (0..n).collect();
+                    let k = self.pick(ELEM2);
+                    self.join(&x, &y, dims.clone(), dims, k)
+                }
+            }
+            "map" => {
+                let x = self.plain_input(keys, block);
+                let k = self.pick(SAME_SHAPE);
+                self.transform(&x, k)
+            }
+            _ => self.plain_input(keys, block),
         }
-        x
+    }
+
+    /// Key bounds for an operand that a key map of `kind` will read: for
+    /// `drop`, one dim of bound 1 (the map drops it, or another dim after a
+    /// filter `kj == ki`).
+    fn keys_for(&mut self, kinds: &[&str], n: usize) -> Vec<u32> {
+        let mut keys = self.keys(n);
+        if kinds.contains(&"drop") && n > 0 {
+            let d = self.range(0, n - 1);
+            keys[d] = 1;
+        }
+        keys
+    }
+
+    /// Two or three distinct key-map kinds, at random: a program holds one
+    /// key map of each over the same operand, so that every instance covers
+    /// several.
+    fn map_kinds(&mut self) -> Vec<&'static str> {
+        use rand::seq::SliceRandom;
+        let mut kinds = KEY_MAP_KINDS.to_vec();
+        kinds.shuffle(self.rng);
+        kinds.truncate(self.range(2, 3));
+        kinds
+    }
+
+    /// An operand of a random kind, and rekeys of it by key maps of two or
+    /// three kinds; (each rekey, its arity). `None` when none could be made.
+    fn rekeyed_operand(&mut self, n: usize, block: Vec<usize>) -> Option<Vec<(String, usize)>> {
+        let (kind, maps) = (self.pick(OPERAND_KINDS), self.map_kinds());
+        let keys = self.keys_for(&maps, n);
+        let x = self.operand_of(kind, keys, block);
+        let out: Vec<(String, usize)> = maps.iter().filter_map(|m| self.rekey_kind(&x, m)).collect();
+        (!out.is_empty()).then_some(out)
+    }
+
+    /// `x` (keys `keys`, block `block`, placed as the caller chose) or, each
+    /// equally often, a relation of another kind that keeps its placement: a
+    /// filter or a map of it, or a join with `x` on the right (a broadcast
+    /// left operand keeps the right's placement); or an aggregate of a new
+    /// input (placed by its group-by).
+    fn placed_operand(&mut self, x: String, keys: Vec<u32>, block: Vec<usize>) -> String {
+        let n = keys.len();
+        match self.pick(OPERAND_KINDS) {
+            "filter" if n > 0 => {
+                let p = self.predicate(n);
+                self.filter(&x, p)
+            }
+            "map" => {
+                let k = self.pick(SAME_SHAPE);
+                self.transform(&x, k)
+            }
+            "join" if n > 0 => {
+                let y = self.plain_input(keys, block);
+                let dims: Vec<usize> = (0..n).collect();
+                let k = self.pick(ELEM2);
+                self.join(&y, &x, dims.clone(), dims, k)
+            }
+            "aggregate" => self.operand_of("aggregate", keys, block),
+            _ => x,
+        }
+    }
+
+    /// An input with a random placement.
+    fn plain_input(&mut self, keys: Vec<u32>, block: Vec<usize>) -> String {
+        let p = self.placement(keys.len());
+        self.input_placed(keys, block, p)
+    }
+
+    /// The key bounds of a relation of the program so far (`None` when the
+    /// program so far does not check).
+    fn frontier(&self, x: &str) -> Option<Vec<u32>> {
+        let probe =
+            json!({"inputs": self.inputs, "nodes": self.nodes, "outputs": [x], "cluster": {"sites": self.sites}});
+        let typed = check_program(&Program::from_value(&probe).ok()?).ok()?;
+        Some(typed.types[x].frontier.clone())
+    }
+
+    /// A rekey of `x` by a key map of a random kind (identity, drop,
+    /// duplicate, permute, offset, insert, replicate), valid for `x`'s key
+    /// bounds: a dim is dropped when its bound is 1, or after a filter
+    /// `kj == ki` that makes the rest of the key unique (the diagonal of a
+    /// matrix of blocks). The node and its key arity.
+    pub fn rekey_any(&mut self, x: &str) -> Option<(String, usize)> {
+        let kind = self.pick(KEY_MAP_KINDS);
+        self.rekey_kind(x, kind)
+    }
+
+    /// A rekey of `x` by a key map of this kind (see [`B::rekey_any`]).
+    pub fn rekey_kind(&mut self, x: &str, kind: &str) -> Option<(String, usize)> {
+        let f = self.frontier(x)?;
+        let n = f.len();
+        let ks = |d: &[usize]| d.iter().map(|i| format!("k{i}")).collect::<Vec<_>>();
+        let mut x = x.to_string();
+        let comps: Vec<String> = match kind {
+            "identity" => ks(&(0..n).collect::<Vec<_>>()),
+            "drop" if n >= 1 => {
+                let j = match (0..n).find(|&d| f[d] == 1) {
+                    Some(j) if self.coin(0.75) || n == 1 => j,
+                    _ if n >= 2 => {
+                        // The diagonal: keep the keys with kj == ki, drop kj.
+                        let j = self.range(0, n - 1);
+                        let i = (j + 1 + self.range(0, n - 2)) % n;
+                        x = self.filter(&x, format!("k{j} == k{i}"));
+                        j
+                    }
+                    _ => return None,
+                };
+                let mut keep: Vec<usize> = (0..n).filter(|&d| d != j).collect();
+                if keep.len() >= 2 && self.coin(0.3) {
+                    keep.reverse();
+                }
+                ks(&keep)
+            }
+            "duplicate" if n >= 1 => {
+                let mut c = ks(&(0..n).collect::<Vec<_>>());
+                let d = self.range(0, n - 1);
+                let at = self.range(0, n);
+                c.insert(at, format!("k{d}"));
+                c
+            }
+            "permute" if n >= 2 => {
+                let mut d: Vec<usize> = (0..n).collect();
+                while d.windows(2).all(|w| w[0] < w[1]) {
+                    use rand::seq::SliceRandom;
+                    d.shuffle(self.rng);
+                }
+                ks(&d)
+            }
+            "offset" if n >= 1 => {
+                let mut c = ks(&(0..n).collect::<Vec<_>>());
+                let d = self.range(0, n - 1);
+                match self.range(0, 2) {
+                    0 => c[d] = format!("k{d} + {}", self.range(1, 2)),
+                    1 => c[d] = format!("{} * k{d}", self.range(2, 3)),
+                    _ if n >= 2 => {
+                        // Linearize two dims into one: [k0 * f1 + k1, …].
+                        let e = (d + 1) % n;
+                        c[d] = format!("k{d} * {} + k{e}", f[e].max(1));
+                        c.remove(e);
+                    }
+                    _ => c[d] = format!("k{d} + 1"),
+                }
+                c
+            }
+            "insert" => {
+                let mut c = ks(&(0..n).collect::<Vec<_>>());
+                let at = self.range(0, n);
+                c.insert(at, self.range(0, 2).to_string());
+                c
+            }
+            "replicate" => {
+                let mut c = ks(&(0..n).collect::<Vec<_>>());
+                let at = self.range(0, n);
+                c.insert(at, format!("0..{}", self.range(2, 3)));
+                c
+            }
+            _ => return None,
+        };
+        let arity = comps.len();
+        let key = format!("[{}]", comps.join(", "));
+        Some((self.rekey(&x, &key), arity))
     }
     fn input_placed(&mut self, keys: Vec<u32>, block: Vec<usize>, placement: Value) -> String {
         let name = format!("I{}", self.inputs.len());
@@ -170,6 +386,9 @@ impl<'r> B<'r> {
 
     /// A random predicate over keys of `arity` dims.
     fn predicate(&mut self, arity: usize) -> String {
+        if arity == 0 {
+            return self.pick(&["true", "false"]).to_string();
+        }
         let one = |b: &mut B| -> String {
             let d = b.rng.random_range(0..arity);
             let e = b.rng.random_range(0..arity);
@@ -191,24 +410,6 @@ impl<'r> B<'r> {
         }
     }
 
-    /// A random key map for keys of `arity` dims (not always unique: the
-    /// program check then rejects the attempt).
-    fn key_map(&mut self, arity: usize) -> &'static str {
-        match arity {
-            1 => self.pick(&["[k0 + 1]", "[k0, 0..2]", "[0, k0]", "[2 * k0]", "[k0]", "[k0, k0]"]),
-            2 => self.pick(&[
-                "[k1, k0]",
-                "[k0, k1, 0..2]",
-                "[k0 * 5 + k1]",
-                "[k1, k0, 1]",
-                "[k0 + k1, k1]",
-                "[k0, k1]",
-                "[k1, 0..2, k0]",
-            ]),
-            _ => self.pick(&["[k2, k0, k1]", "[k0, k1, k2]", "[k0 * 5 + k1, k2]", "[k1, k0, k2]"]),
-        }
-    }
-
     /// A unary kernel that accepts blocks of this shape and gives one block.
     fn unary(&mut self, block: &[usize]) -> String {
         let mut choices: Vec<&str> = SAME_SHAPE.to_vec();
@@ -223,7 +424,7 @@ impl<'r> B<'r> {
 
     /// A random join of two new inputs: (name, output arity, output block).
     fn random_join(&mut self) -> (String, usize, Vec<usize>) {
-        match self.rng.random_range(0..5) {
+        match self.rng.random_range(0..6) {
             0 | 1 => {
                 // Matmul-shaped.
                 let (i, j, k) = (self.kb(), self.kb(), self.kb());
@@ -232,7 +433,7 @@ impl<'r> B<'r> {
                 let y = self.input(vec![j, k], vec![b, c]);
                 (self.join(&x, &y, vec![1], vec![0], "matMul"), 3, vec![a, c])
             }
-            2 => {
+            2 | 5 => {
                 // Elementwise on every dim.
                 let n = self.range(1, 2);
                 let keys = self.keys(n);
@@ -296,12 +497,10 @@ fn join_program(rng: &mut ChaCha8Rng) -> Option<Program> {
 fn rekey_program(rng: &mut ChaCha8Rng) -> Option<Program> {
     let mut b = B::new(rng);
     let n = b.range(1, 3);
-    let keys = b.keys(n);
     let block = b.block2();
-    let x = b.input(keys, block);
-    let f = b.key_map(n);
-    let r = b.rekey(&x, f);
-    b.finish(&[&r])
+    let outs: Vec<String> = b.rekeyed_operand(n, block)?.into_iter().map(|x| x.0).collect();
+    let refs: Vec<&str> = outs.iter().map(String::as_str).collect();
+    b.finish(&refs)
 }
 
 fn filter_program(rng: &mut ChaCha8Rng) -> Option<Program> {
@@ -370,49 +569,75 @@ fn filter_filter(rng: &mut ChaCha8Rng) -> Option<Program> {
     b.finish(&[&x])
 }
 
-/// A rekey or a transform of `x` (arity `n`, block `block`); the new arity and block.
-fn random_map(b: &mut B, x: &str, n: usize, block: &[usize]) -> (String, usize, Vec<usize>) {
-    if b.coin(0.5) {
-        let f = b.key_map(n);
-        let arity = tra_optimizer::KeyFn::parse(f).map(|k| k.output_arity()).unwrap_or(n);
-        (b.rekey(x, f), arity, block.to_vec())
-    } else {
-        let k = b.unary(block);
-        let out = tra_optimizer::KernelRef::parse(&k)
-            .ok()
-            .and_then(|kr| kr.output_shape(&[block]).ok())
-            .unwrap_or_else(|| block.to_vec());
-        (b.transform(x, &k), n, out)
-    }
+/// A key map of `kind` and a kernel over `x` in either order (R1-2 composes
+/// them into one local map), or just one of them, each shape equally often;
+/// (result, arity, block). `x` has arity `n` and block `block`.
+fn map_chain(b: &mut B, x: &str, kind: &str, n: usize, block: &[usize]) -> Option<(String, usize, Vec<usize>)> {
+    let k = b.unary(block);
+    let out_block = tra_optimizer::KernelRef::parse(&k)
+        .ok()
+        .and_then(|kr| kr.output_shape(&[block]).ok())
+        .unwrap_or_else(|| block.to_vec());
+    Some(match b.range(0, 3) {
+        0 => {
+            let (r, a) = b.rekey_kind(x, kind)?;
+            (r, a, block.to_vec())
+        }
+        1 => (b.transform(x, &k), n, out_block),
+        2 => {
+            let (r, a) = b.rekey_kind(x, kind)?;
+            (b.transform(&r, &k), a, out_block)
+        }
+        _ => {
+            let t = b.transform(x, &k);
+            let (r, a) = b.rekey_kind(&t, kind)?;
+            (r, a, out_block)
+        }
+    })
+}
+
+/// An operand of a random kind with keys fit for key maps of two or three
+/// kinds, then a [`map_chain`] over it for each; (result, arity, block) of
+/// each chain that could be made.
+fn operand_and_chains(b: &mut B, n: usize) -> Option<Vec<(String, usize, Vec<usize>)>> {
+    let (kind, maps) = (b.pick(OPERAND_KINDS), b.map_kinds());
+    let keys = b.keys_for(&maps, n);
+    let block = b.block2();
+    let x = b.operand_of(kind, keys, block.clone());
+    let out: Vec<_> = maps.iter().filter_map(|m| map_chain(b, &x, m, n, &block)).collect();
+    (!out.is_empty()).then_some(out)
 }
 
 fn map_map(rng: &mut ChaCha8Rng) -> Option<Program> {
     let mut b = B::new(rng);
-    let n = b.range(1, 2);
-    let keys = b.keys(n);
-    let block = b.block2();
-    let x = b.input(keys, block.clone());
-    let (m1, n1, b1) = random_map(&mut b, &x, n, &block);
-    let (m2, _, _) = random_map(&mut b, &m1, n1, &b1);
-    b.finish(&[&m2])
+    let n = b.pick(&[1, 2, 2, 3]);
+    let mut outs = Vec::new();
+    if b.coin(0.4) {
+        // Two key maps (no kernel).
+        let block = b.block2();
+        for (r, _) in b.rekeyed_operand(n, block)? {
+            outs.extend(b.rekey_any(&r).map(|x| x.0));
+        }
+    } else {
+        for (m1, n1, b1) in operand_and_chains(&mut b, n)? {
+            let kind = b.pick(KEY_MAP_KINDS);
+            outs.extend(map_chain(&mut b, &m1, kind, n1, &b1).map(|x| x.0));
+        }
+    }
+    let refs: Vec<&str> = outs.iter().map(String::as_str).collect();
+    b.finish(&refs)
 }
 
 fn map_filter(rng: &mut ChaCha8Rng) -> Option<Program> {
     let mut b = B::new(rng);
     let n = b.range(1, 2);
-    let keys = b.keys(n);
-    let block = b.block2();
-    let x = b.input(keys, block.clone());
-    let (m, n1, _) = match b.range(0, 2) {
-        0 => {
-            let id: String = format!("[{}]", (0..n).map(|i| format!("k{i}")).collect::<Vec<_>>().join(", "));
-            (b.rekey(&x, &id), n, block.clone())
-        }
-        _ => random_map(&mut b, &x, n, &block),
-    };
-    let p = b.predicate(n1);
-    let f = b.filter(&m, p);
-    b.finish(&[&f])
+    let mut outs = Vec::new();
+    for (m, n1, _) in operand_and_chains(&mut b, n)? {
+        let p = b.predicate(n1);
+        outs.push(b.filter(&m, p));
+    }
+    let refs: Vec<&str> = outs.iter().map(String::as_str).collect();
+    b.finish(&refs)
 }
 
 /// Pairs (map kernel, aggregation kernel) where the map distributes over the
@@ -439,29 +664,63 @@ fn map_over_agg(b: &mut B, square: bool) -> (String, &'static str) {
     (m.to_string(), a)
 }
 
+/// A map over an aggregation (R1-4 push-down) — the kernel, a key map of
+/// any kind, or both (R1-2 composes them into one local map), sometimes
+/// after a filter of the aggregate (R1-5 puts the aggregation under it) —
+/// or an aggregation over a map (pull-up, exposed by R2-3). The shape users
+/// write is `diag(A·B)`: aggregate, filter `k0 == k1`, rekey `[k0]` (which
+/// drops a dim), `diag`; the key map must be judged against the
+/// aggregate's arity, not its own output's.
 fn aggregate_map(rng: &mut ChaCha8Rng) -> Option<Program> {
     let mut b = B::new(rng);
     let n = b.range(1, 3);
     let mut g = b.subset(n, false);
-    if g.len() == n && b.coin(0.8) {
+    if g.len() == n && b.coin(0.5) {
         g.pop();
     }
-    // Groups of several tuples: the dims aggregated away have bounds ≥ 2.
-    let keys: Vec<u32> = (0..n).map(|d| if g.contains(&d) { b.kb() } else { b.range(2, 5) as u32 }).collect();
+    let maps = b.map_kinds();
+    // Groups of several tuples: the dims aggregated away have bounds ≥ 2;
+    // for a key map that drops, a group dim of bound 1.
+    let group_keys = b.keys_for(&maps, g.len());
+    let keys: Vec<u32> = (0..n)
+        .map(|d| match g.iter().position(|&x| x == d) {
+            Some(i) => group_keys[i],
+            None => b.range(2, 4) as u32,
+        })
+        .collect();
     let block = b.block2();
     let square = block[0] == block[1];
     let x = b.input(keys, block);
     let (m, agg) = map_over_agg(&mut b, square);
-    let out = if b.coin(0.5) {
-        // Push-down: a map over an aggregation.
-        let a = b.aggregate(&x, g, agg);
-        b.transform(&a, &m)
+    let mut outs = Vec::new();
+    if b.coin(0.8) {
+        // Push-down: maps over an aggregation.
+        let mut a = b.aggregate(&x, g.clone(), agg);
+        if !g.is_empty() && b.coin(0.5) {
+            let p = b.predicate(g.len());
+            a = b.filter(&a, p);
+        }
+        for map in maps {
+            let out = match b.range(0, 2) {
+                0 => Some(b.transform(&a, &m)),
+                1 => b.rekey_kind(&a, map).map(|(r, _)| b.transform(&r, &m)),
+                _ => {
+                    let t = b.transform(&a, &m);
+                    b.rekey_kind(&t, map).map(|x| x.0)
+                }
+            };
+            outs.extend(out);
+        }
     } else {
         // Pull-up: an aggregation over a map (exposed by R2-3).
         let t = b.transform(&x, &m);
-        b.aggregate(&t, g, agg)
-    };
-    b.finish(&[&out])
+        outs.push(b.aggregate(&t, g, agg));
+    }
+    if outs.is_empty() {
+        return None;
+    }
+    let refs: Vec<&str> = outs.iter().map(String::as_str).collect();
+    b.finish(&refs)
 }
 
 fn aggregate_filter(rng: &mut ChaCha8Rng) -> Option<Program> {
@@ -488,37 +747,49 @@ fn join_filter(rng: &mut ChaCha8Rng) -> Option<Program> {
 
 fn join_map(rng: &mut ChaCha8Rng) -> Option<Program> {
     let mut b = B::new(rng);
-    let (j, n, block) = b.random_join();
+    let (mut j, n, block) = b.random_join();
+    if b.coin(0.5) {
+        // A filtered join (R1-6 pushes the filter into the join).
+        let p = b.predicate(n);
+        j = b.filter(&j, p);
+    }
     let k = b.unary(&block);
-    let t = b.transform(&j, &k);
-    let out = if b.coin(0.4) {
-        let f = b.key_map(n);
-        b.rekey(&t, f)
-    } else {
-        t
-    };
-    b.finish(&[&out])
+    let mut outs = Vec::new();
+    for map in b.map_kinds() {
+        let out = match b.range(0, 2) {
+            0 => Some(b.transform(&j, &k)),
+            1 => {
+                let t = b.transform(&j, &k);
+                b.rekey_kind(&t, map).map(|x| x.0)
+            }
+            _ => b.rekey_kind(&j, map).map(|(r, _)| b.transform(&r, &k)),
+        };
+        outs.extend(out);
+    }
+    if outs.is_empty() {
+        return None;
+    }
+    let refs: Vec<&str> = outs.iter().map(String::as_str).collect();
+    b.finish(&refs)
 }
 
 fn identity_rekey(rng: &mut ChaCha8Rng) -> Option<Program> {
     let mut b = B::new(rng);
-    let (x, n) = if b.coin(0.5) {
+    let outs: Vec<String> = if b.coin(0.6) {
         let n = b.range(1, 3);
-        let keys = b.keys(n);
         let block = b.block2();
-        (b.input(keys, block), n)
+        b.rekeyed_operand(n, block)?.into_iter().map(|x| x.0).collect()
     } else {
         let (j, n, block) = b.random_join();
         let k = b.unary(&block);
-        (b.transform(&j, &k), n)
+        let t = b.transform(&j, &k);
+        let f = format!("[{}]", (0..n).map(|i| format!("k{i}")).collect::<Vec<_>>().join(", "));
+        let mut outs = vec![b.rekey(&t, &f)];
+        outs.extend(b.rekey_any(&t).map(|x| x.0));
+        outs
     };
-    let f = if b.coin(0.7) {
-        format!("[{}]", (0..n).map(|i| format!("k{i}")).collect::<Vec<_>>().join(", "))
-    } else {
-        b.key_map(n).to_string()
-    };
-    let r = b.rekey(&x, &f);
-    b.finish(&[&r])
+    let refs: Vec<&str> = outs.iter().map(String::as_str).collect();
+    b.finish(&refs)
 }
 
 fn join_and_aggregate(rng: &mut ChaCha8Rng) -> Option<Program> {
@@ -533,29 +804,30 @@ fn join_and_aggregate(rng: &mut ChaCha8Rng) -> Option<Program> {
 fn map_then_repartition(rng: &mut ChaCha8Rng) -> Option<Program> {
     let mut b = B::new(rng);
     let n = b.range(1, 2);
-    let keys = b.keys(n);
-    let block = b.block2();
-    let x = b.input(keys, block.clone());
-    let (m, n1, b1) = random_map(&mut b, &x, n, &block);
     let mut outs = Vec::new();
-    if b.coin(0.6) {
-        let g = b.subset(n1, true);
-        let k = b.pick(AGG);
-        outs.push(b.aggregate(&m, g, k));
-    }
-    if outs.is_empty() || b.coin(0.5) {
-        // Join the map's result with a fresh input of the same type (its
-        // frontier is the map's: read it from the program check).
-        let probe = json!({"inputs": b.inputs, "nodes": b.nodes, "outputs": [m], "cluster": {"sites": b.sites}});
-        let typed = check_program(&Program::from_value(&probe).ok()?).ok()?;
-        let t = &typed.types[&m];
-        if t.frontier.contains(&0) {
-            return None;
+    for (m, n1, b1) in operand_and_chains(&mut b, n)? {
+        let mut done = false;
+        if n1 > 0 && b.coin(0.6) {
+            let g = b.subset(n1, true);
+            let k = b.pick(AGG);
+            outs.push(b.aggregate(&m, g, k));
+            done = true;
         }
-        let y = b.input(t.frontier.clone(), b1.clone());
-        let dims: Vec<usize> = (0..n1).collect();
-        let k = b.pick(ELEM2);
-        outs.push(b.join(&m, &y, dims.clone(), dims, k));
+        if !done || b.coin(0.5) {
+            // Join the map's result with a fresh input of the same type (its
+            // frontier is the map's: read it from the program check).
+            let frontier = b.frontier(&m)?;
+            if frontier.contains(&0) || n1 == 0 {
+                continue;
+            }
+            let y = b.input(frontier, b1.clone());
+            let dims: Vec<usize> = (0..n1).collect();
+            let k = b.pick(ELEM2);
+            outs.push(b.join(&m, &y, dims.clone(), dims, k));
+        }
+    }
+    if outs.is_empty() {
+        return None;
     }
     let refs: Vec<&str> = outs.iter().map(String::as_str).collect();
     b.finish(&refs)
@@ -580,6 +852,7 @@ fn placed_inputs(rng: &mut ChaCha8Rng) -> Option<Program> {
         _ => b.placement(n),
     };
     let x = b.input_placed(keys.clone(), block.clone(), placement);
+    let x = b.placed_operand(x, keys.clone(), block.clone());
     let k = b.pick(AGG);
     let a = b.aggregate(&x, g, k);
     let mut outs = vec![a];
@@ -638,7 +911,8 @@ fn two_phase(rng: &mut ChaCha8Rng) -> Option<Program> {
     } else {
         b.placement(n)
     };
-    let x = b.input_placed(keys, block, placement);
+    let x = b.input_placed(keys.clone(), block.clone(), placement);
+    let x = b.placed_operand(x, keys, block);
     let k = b.pick(AGG);
     let a = b.aggregate(&x, g, k);
     b.finish(&[&a])

@@ -27,6 +27,7 @@
 #![allow(clippy::result_large_err)]
 
 pub mod build;
+pub mod coverage;
 pub mod generators;
 pub mod mutants;
 pub mod workloads;
@@ -36,11 +37,9 @@ use egg::{
     Applier, ENodeOrVar, Id, Language, Pattern, PatternAst, RecExpr, Rewrite, Runner, SimpleScheduler, Subst, Symbol,
 };
 use indexmap::IndexMap;
-use std::cell::Cell;
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fmt;
-use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::{Arc, Mutex, Once};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tra_executor::reference::{self, AnyLayout, Relation};
 use tra_optimizer::check::check_program;
@@ -53,31 +52,11 @@ use tra_optimizer::Program;
 // ---------------------------------------------------------------------------
 // Panics: caught, kept quiet, classified.
 
-thread_local! {
-    static QUIET: Cell<bool> = const { Cell::new(false) };
-}
-
 /// Run `f`, catching a panic without printing it (the caller reports it).
 pub fn quietly<T>(f: impl FnOnce() -> T) -> Result<T, String> {
-    static HOOK: Once = Once::new();
-    HOOK.call_once(|| {
-        let previous = std::panic::take_hook();
-        std::panic::set_hook(Box::new(move |info| {
-            if !QUIET.with(|q| q.get()) {
-                previous(info)
-            }
-        }));
-    });
-    let was = QUIET.with(|q| q.replace(true));
-    let r = catch_unwind(AssertUnwindSafe(f));
-    QUIET.with(|q| q.set(was));
+    let r = tra_optimizer::rule_failure::catch_panic(true, f);
     set_current_rule("program");
-    r.map_err(|e| {
-        e.downcast_ref::<String>()
-            .cloned()
-            .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
-            .unwrap_or_else(|| "a panic without a message".into())
-    })
+    r
 }
 
 /// How a failure showed itself.
@@ -220,6 +199,8 @@ impl Default for Options {
 /// applier changed.
 type Application = (&'static str, Ia, Vec<Id>);
 type Log = Arc<Mutex<Vec<Application>>>;
+/// The coverage cells each rule under test's pattern matched.
+type CellLog = Arc<Mutex<BTreeMap<&'static str, BTreeSet<coverage::Cell>>>>;
 
 /// The matched e-node of a pattern under a substitution.
 fn matched_node(eg: &TraEGraph, ast: &PatternAst<Ia>, subst: &Subst) -> Option<Ia> {
@@ -246,6 +227,7 @@ struct Recorder {
     inner: Arc<dyn Applier<Ia, TraAnalysis> + Send + Sync>,
     ast: PatternAst<Ia>,
     log: Log,
+    cells: CellLog,
 }
 
 impl Applier<Ia, TraAnalysis> for Recorder {
@@ -258,6 +240,8 @@ impl Applier<Ia, TraAnalysis> for Recorder {
         rule_name: Symbol,
     ) -> Vec<Id> {
         let lhs = matched_node(egraph, &self.ast, subst);
+        let cells = coverage::cells(egraph, &self.ast, subst);
+        self.cells.lock().expect("cells").entry(self.rule).or_default().extend(cells);
         let ids = self.inner.apply_one(egraph, eclass, subst, searcher_ast, rule_name);
         if let (Some(n), false) = (lhs, ids.is_empty()) {
             self.log.lock().expect("log").push((self.rule, n, ids.clone()));
@@ -270,12 +254,12 @@ impl Applier<Ia, TraAnalysis> for Recorder {
     }
 }
 
-fn recorded(rule: &'static str, rw: TraRewrite, log: &Log) -> TraRewrite {
+fn recorded(rule: &'static str, rw: TraRewrite, log: &Log, cells: &CellLog) -> TraRewrite {
     match rw.searcher.get_pattern_ast().cloned() {
         Some(ast) => Rewrite::new(
             rw.name,
             Pattern::new(ast.clone()),
-            Recorder { rule, inner: rw.applier.clone(), ast, log: log.clone() },
+            Recorder { rule, inner: rw.applier.clone(), ast, log: log.clone(), cells: cells.clone() },
         )
         .unwrap_or_else(|e| panic!("{e}")),
         None => rw,
@@ -294,6 +278,8 @@ pub struct RuleSets {
     own: HashMap<Symbol, &'static str>,
     /// Their applications in the current instance.
     log: Log,
+    /// The coverage cells their patterns matched in the current instance.
+    cells: CellLog,
 }
 
 impl RuleSets {
@@ -303,11 +289,12 @@ impl RuleSets {
     pub fn new(candidate: RuleDef, helpers: &[&str]) -> RuleSets {
         let rule = candidate.name;
         let log: Log = Arc::default();
+        let cells: CellLog = Arc::default();
         let own: HashMap<Symbol, &'static str> = candidate.rewrites.iter().map(|r| (r.name, rule)).collect();
         let lowering_only = candidate.lowering;
         let mut candidate = candidate;
         candidate.rewrites =
-            std::mem::take(&mut candidate.rewrites).into_iter().map(|r| recorded(rule, r, &log)).collect();
+            std::mem::take(&mut candidate.rewrites).into_iter().map(|r| recorded(rule, r, &log, &cells)).collect();
         let mut lower: Vec<TraRewrite> = Vec::new();
         let mut candidate = Some(candidate);
         for r in tra_rules::lowering() {
@@ -327,12 +314,13 @@ impl RuleSets {
             }
             phase2.extend(c.rewrites);
         }
-        RuleSets { tested: vec![rule], lowering_only, phase1: lower, phase2, own, log }
+        RuleSets { tested: vec![rule], lowering_only, phase1: lower, phase2, own, log, cells }
     }
 
     /// Every registered rule under test at once, as the optimizer runs them.
     pub fn every_rule() -> RuleSets {
         let log: Log = Arc::default();
+        let cells: CellLog = Arc::default();
         let mut own = HashMap::new();
         let mut tested = Vec::new();
         let (mut phase1, mut phase2) = (Vec::new(), Vec::new());
@@ -340,14 +328,14 @@ impl RuleSets {
             tested.push(r.name);
             for rw in r.rewrites {
                 own.insert(rw.name, r.name);
-                let rw = recorded(r.name, rw, &log);
+                let rw = recorded(r.name, rw, &log, &cells);
                 if r.lowering {
                     phase1.push(rw.clone());
                 }
                 phase2.push(rw);
             }
         }
-        RuleSets { tested, lowering_only: false, phase1, phase2, own, log }
+        RuleSets { tested, lowering_only: false, phase1, phase2, own, log, cells }
     }
 
     /// The rules under test.
@@ -357,12 +345,14 @@ impl RuleSets {
 }
 
 /// What one instance gave.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct InstanceStats {
     /// Applications of the rule under test that changed the graph.
     pub fired: usize,
     /// Pairs of members compared.
     pub pairs: usize,
+    /// The coverage cells its pattern matched ([`coverage`]).
+    pub cells: BTreeSet<coverage::Cell>,
 }
 
 /// Random data for every input of a program (integers in [-3, 3]).
@@ -521,6 +511,7 @@ pub fn check_instance(sets: &RuleSets, program: &Program, seed: u64, opts: &Opti
         .map_err(|e| fail(&whole, Caught::OtherPanic, format!("ill-typed program: {e}"), None))?;
     let mut applied: HashMap<Symbol, usize> = HashMap::new();
     sets.log.lock().expect("log").clear();
+    sets.cells.lock().expect("cells").clear();
     let eg = quietly(|| {
         let mut analysis = if opts.oracle {
             let oracle = RefOracle::new(sites, data.clone(), layout);
@@ -553,6 +544,9 @@ pub fn check_instance(sets: &RuleSets, program: &Program, seed: u64, opts: &Opti
         if let Some(rule) = sets.own.get(name) {
             stats.entry(rule).or_default().fired += n;
         }
+    }
+    for (rule, cells) in std::mem::take(&mut *sets.cells.lock().expect("cells")) {
+        stats.entry(rule).or_default().cells = cells;
     }
     if !opts.execute {
         return Ok(stats);
@@ -675,6 +669,8 @@ pub struct RuleReport {
     pub fired: usize,
     /// Pairs compared.
     pub pairs: usize,
+    /// The coverage cells its pattern matched ([`coverage`]).
+    pub cells: BTreeSet<coverage::Cell>,
     /// The first failure, if any.
     pub failure: Option<Failure>,
 }
@@ -688,11 +684,12 @@ pub fn check_rule(candidate: &dyn Fn() -> RuleDef, name: &str, base: u64, count:
     for i in 0..count {
         let seed = instance_seed(base, name, i);
         match check_seed(&sets, g.gen, seed, opts) {
-            Ok(s) => {
-                let s = s.get(name).copied().unwrap_or_default();
+            Ok(mut s) => {
+                let s = s.remove(name).unwrap_or_default();
                 report.programs += 1;
                 report.fired += s.fired;
                 report.pairs += s.pairs;
+                report.cells.extend(s.cells);
             }
             Err(mut f) => {
                 f.replay = format!("TRA_SOUNDNESS_REPLAY={name}:{seed} cargo test -p tra-tests --test soundness");

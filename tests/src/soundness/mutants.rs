@@ -83,6 +83,13 @@ pub fn all() -> Vec<Mutant> {
             make: r1_4_no_distributivity,
         },
         Mutant {
+            name: "R1-4 judging the key map by its output arity",
+            change: "push-down checks that the key map is the identity on keys of its own output's arity, not of the \
+                     aggregate's (so `[k0]` over a 2-dim aggregate passes): the bug `diag(A·B)` hit",
+            replaces: "R1-4",
+            make: r1_4_output_arity,
+        },
+        Mutant {
             name: "R2-3 in the paper's unconditional form",
             change: "a shuffle commuted with a local map whose key map is not the identity",
             replaces: "R2-3",
@@ -244,11 +251,49 @@ fn r1_4_no_distributivity() -> RuleDef {
             "R1-4/mutant",
             "(lmap ?f ?m (lagg ?g ?agg ?x))",
             "(lagg ?g ?agg (lmap id ?m ?x))",
-            |eg, id, s| {
-                let t = eg[id].data.phys()?;
-                (identity_key(eg, get(s, "?f"), t.rel.key_arity()) && kernel(eg, get(s, "?m")).is_some()).then(Vec::new)
+            |eg, _, s| {
+                let g = dims(eg, get(s, "?g"))?;
+                (identity_key(eg, get(s, "?f"), g.len()) && kernel(eg, get(s, "?m")).is_some()).then(Vec::new)
             },
         )],
+    )
+}
+
+/// R1-4 as it was before the arity fix: both directions and the
+/// distributivity check as in the real rule, but push-down reads the arity
+/// of the map's *output* (the matched class) where the map reads the
+/// aggregate's keys.
+fn r1_4_output_arity() -> RuleDef {
+    let distributes = |eg: &TraEGraph, s: &egg::Subst| match (kernel(eg, get(s, "?m")), kernel(eg, get(s, "?agg"))) {
+        (Some(m), Some(agg)) => m.distributes_over(&agg),
+        _ => false,
+    };
+    rule(
+        "R1-4",
+        "(lmap id ?m (lagg ?g ?agg ?x)) = (lagg ?g ?agg (lmap id ?m ?x))",
+        "MUTANT: m distributes over agg and the key map is the identity on keys of the map's output arity",
+        vec![
+            rewrite_to(
+                "R1-4",
+                "R1-4/mutant-push-down",
+                "(lmap ?f ?m (lagg ?g ?agg ?x))",
+                "(lagg ?g ?agg (lmap id ?m ?x))",
+                move |eg, id, s| {
+                    let t = eg[id].data.phys()?;
+                    (identity_key(eg, get(s, "?f"), t.rel.key_arity()) && distributes(eg, s)).then(Vec::new)
+                },
+            ),
+            rewrite_to(
+                "R1-4",
+                "R1-4/mutant-pull-up",
+                "(lagg ?g ?agg (lmap ?f ?m ?x))",
+                "(lmap id ?m (lagg ?g ?agg ?x))",
+                move |eg, _, s| {
+                    let xt = complete_phys(eg, get(s, "?x"))?;
+                    (identity_key(eg, get(s, "?f"), xt.rel.key_arity()) && distributes(eg, s)).then(Vec::new)
+                },
+            ),
+        ],
     )
 }
 

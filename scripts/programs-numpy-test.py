@@ -1,0 +1,206 @@
+#!/usr/bin/env python3
+"""`tra run` on programs users write, against numpy, on every site count.
+
+Each program is a TRA program over blocked matrices that computes something
+numpy computes in one line: the diagonal of a product (`diag(A·B)`, which once
+crashed the optimizer, and its minimal form), the transpose and the row sums
+of a product, `relu(X·Y + Z)`, a product with a block mask, a chain of three
+bracketed both ways. For sites 1-7 it runs
+
+    tra run PROGRAM --input A=a.npy ... --output OUT=out.npy --dense --sites S
+
+on worker threads, then again with `--alternative` for every strategy the
+optimizer offers and with `--plan` on the plan `tra optimize` wrote, and
+compares out.npy with numpy. It also checks that `tra run` refuses a garbage
+plan file. Exit status 1 on any mismatch.
+
+Usage: python3 scripts/programs-numpy-test.py [--tra PATH] [--sites 1-7]
+(without --tra it builds and uses ./target/debug/tra).
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def blocks(name, keys, block):
+    return {name: {"key_bounds": keys, "array_bounds": block}}
+
+
+def join(l, r, lk, rk, k):
+    return {"op": "join", "left": l, "right": r, "left_keys": lk, "right_keys": rk, "kernel": k}
+
+
+def product(nodes, name, l, r):
+    nodes[name + "_j"] = join(l, r, [1], [0], "matMul")
+    nodes[name] = {"op": "aggregate", "input": name + "_j", "group_by": [0, 2], "kernel": "matAdd"}
+    return name
+
+
+def block_mask(m, b, keep):
+    """`m` with the b×b blocks whose block key (i, j) fails `keep` zeroed."""
+    out = m.copy()
+    for i in range(m.shape[0] // b):
+        for j in range(m.shape[1] // b):
+            if not keep(i, j):
+                out[i * b:(i + 1) * b, j * b:(j + 1) * b] = 0
+    return out
+
+
+def cases():
+    """(name, program, {input: dense array}, output, expected dense array, layout)."""
+    rng = np.random.default_rng(13)
+    out = []
+
+    # diag(A·B): the program of the report, 2×2 blocks of 6×6.
+    a, b = rng.standard_normal((12, 12)), rng.standard_normal((12, 12))
+    nodes = {}
+    product(nodes, "S", "A", "B")
+    nodes["F"] = {"op": "filter", "input": "S", "predicate": "k0 == k1"}
+    nodes["R"] = {"op": "rekey", "input": "F", "key": "[k0]"}
+    nodes["D"] = {"op": "transform", "input": "R", "kernel": "diag"}
+    prog = {"inputs": {**blocks("A", [2, 2], [6, 6]), **blocks("B", [2, 2], [6, 6])}, "nodes": nodes, "outputs": ["D"]}
+    out.append(("diag(A·B)", prog, {"A": a, "B": b}, "D", np.diag(a @ b), "dense"))
+
+    # Its minimal form: aggregate by both dims of [2, 1] blocks, rekey [k0]
+    # (drops the dim of bound 1), scale(2). Output key arity 1, block rank 2:
+    # the relation layout [2, 3, 4].
+    x = rng.standard_normal((6, 4))
+    prog = {"inputs": blocks("X", [2, 1], [3, 4]),
+            "nodes": {"S": {"op": "aggregate", "input": "X", "group_by": [0, 1], "kernel": "matAdd"},
+                      "R": {"op": "rekey", "input": "S", "key": "[k0]"},
+                      "T": {"op": "transform", "input": "R", "kernel": "scale(2)"}},
+            "outputs": ["T"]}
+    out.append(("minimal form", prog, {"X": x}, "T", 2 * x.reshape(2, 3, 4), "relation"))
+
+    # The transpose of a product: rekey [k1, k0], transpose every block.
+    a, b = rng.standard_normal((6, 8)), rng.standard_normal((8, 9))
+    nodes = {}
+    product(nodes, "P", "A", "B")
+    nodes["Q"] = {"op": "rekey", "input": "P", "key": "[k1, k0]"}
+    nodes["T"] = {"op": "transform", "input": "Q", "kernel": "transpose"}
+    prog = {"inputs": {**blocks("A", [2, 2], [3, 4]), **blocks("B", [2, 3], [4, 3])}, "nodes": nodes, "outputs": ["T"]}
+    out.append(("transpose(A·B)", prog, {"A": a, "B": b}, "T", (a @ b).T, "dense"))
+
+    # Row sums of a product: rowSum of every block, then summed over block columns.
+    nodes = {}
+    product(nodes, "P", "A", "B")
+    nodes["r"] = {"op": "transform", "input": "P", "kernel": "rowSum"}
+    nodes["rows"] = {"op": "aggregate", "input": "r", "group_by": [0], "kernel": "matAdd"}
+    prog = {"inputs": {**blocks("A", [2, 2], [3, 4]), **blocks("B", [2, 3], [4, 3])}, "nodes": nodes, "outputs": ["rows"]}
+    out.append(("row sums of A·B", prog, {"A": a, "B": b}, "rows", (a @ b).sum(axis=1), "dense"))
+
+    # relu(X·Y + Z).
+    x, y, z = rng.standard_normal((8, 6)), rng.standard_normal((6, 4)), rng.standard_normal((8, 4))
+    nodes = {}
+    product(nodes, "P", "X", "Y")
+    nodes["s"] = join("P", "Z", [0, 1], [0, 1], "matAdd")
+    nodes["H"] = {"op": "transform", "input": "s", "kernel": "relu"}
+    prog = {"inputs": {**blocks("X", [4, 3], [2, 2]), **blocks("Y", [3, 2], [2, 2]), **blocks("Z", [4, 2], [2, 2])},
+            "nodes": nodes, "outputs": ["H"]}
+    out.append(("relu(X·Y + Z)", prog, {"X": x, "Y": y, "Z": z}, "H", np.maximum(x @ y + z, 0), "dense"))
+
+    # A product with a block mask (upper block triangle), on a masked operand too.
+    a, b = rng.standard_normal((9, 9)), rng.standard_normal((9, 9))
+    nodes = {"La": {"op": "filter", "input": "A", "predicate": "k0 >= k1"}}
+    product(nodes, "P", "La", "B")
+    nodes["U"] = {"op": "filter", "input": "P", "predicate": "k0 <= k1"}
+    prog = {"inputs": {**blocks("A", [3, 3], [3, 3]), **blocks("B", [3, 3], [3, 3])}, "nodes": nodes, "outputs": ["U"]}
+    want = block_mask(block_mask(a, 3, lambda i, j: i >= j) @ b, 3, lambda i, j: i <= j)
+    out.append(("masked product", prog, {"A": a, "B": b}, "U", want, "dense"))
+
+    # A chain of three, bracketed both ways.
+    a, b, c = rng.standard_normal((4, 6)), rng.standard_normal((6, 6)), rng.standard_normal((6, 2))
+    ins = {**blocks("A", [2, 3], [2, 2]), **blocks("B", [3, 3], [2, 2]), **blocks("C", [3, 1], [2, 2])}
+    left, right = {}, {}
+    product(left, "AB", "A", "B")
+    product(left, "ABC", "AB", "C")
+    product(right, "BC", "B", "C")
+    product(right, "ABC", "A", "BC")
+    for name, nodes in [("(A·B)·C", left), ("A·(B·C)", right)]:
+        prog = {"inputs": ins, "nodes": nodes, "outputs": ["ABC"]}
+        out.append((name, prog, {"A": a, "B": b, "C": c}, "ABC", a @ b @ c, "dense"))
+    return out
+
+
+def run(tra, args):
+    return subprocess.run([tra] + args, capture_output=True, text=True)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--tra", help="the tra binary (default: build ./target/debug/tra)")
+    ap.add_argument("--sites", default="1-7", help="site counts, as LO-HI")
+    args = ap.parse_args()
+    tra = args.tra
+    if tra is None:
+        subprocess.run(["cargo", "build", "-q", "-p", "tra-api", "--bin", "tra"], cwd=ROOT, check=True)
+        tra = os.path.join(ROOT, "target", "debug", "tra")
+    lo, hi = (int(v) for v in args.sites.split("-"))
+    failures, runs = [], 0
+    with tempfile.TemporaryDirectory() as d:
+        for name, prog, data, output, want, layout in cases():
+            for sites in range(lo, hi + 1):
+                prog["cluster"] = {"sites": sites}
+                pfile = os.path.join(d, "program.json")
+                with open(pfile, "w") as f:
+                    json.dump(prog, f)
+                inputs = []
+                for n, arr in data.items():
+                    path = os.path.join(d, f"{n}.npy")
+                    np.save(path, arr)
+                    inputs += ["--input", f"{n}={path}"]
+                opt = run(tra, ["optimize", pfile])
+                if opt.returncode != 0:
+                    failures.append(f"{name}, {sites} sites: tra optimize failed: {opt.stderr.strip()}")
+                    continue
+                answer = json.loads(opt.stdout)
+                if answer["warnings"]:
+                    failures.append(f"{name}, {sites} sites: warnings {answer['warnings']}")
+                plan_file = os.path.join(d, "plan.json")
+                with open(plan_file, "w") as f:
+                    json.dump(answer["plan"], f)
+                choices = [[]] + [["--alternative", a["label"]] for a in answer["alternatives"]]
+                choices.append(["--plan", plan_file])
+                for extra in choices:
+                    out = os.path.join(d, "out.npy")
+                    if os.path.exists(out):
+                        os.remove(out)
+                    flags = ["--dense"] if layout == "dense" else []
+                    r = run(tra, ["run", pfile, *inputs, "--output", f"{output}={out}", "--no-progress",
+                                  "--threads", "2", *flags, *extra])
+                    runs += 1
+                    what = f"{name}, {sites} sites{' ' + ' '.join(extra) if extra else ''}"
+                    if r.returncode != 0:
+                        failures.append(f"{what}: tra run failed: {r.stderr.strip()}")
+                        continue
+                    summary = json.loads(r.stdout)
+                    got = np.load(out)
+                    if got.shape != want.shape or not np.allclose(got, want, rtol=1e-9, atol=1e-9):
+                        err = np.abs(got - want).max() if got.shape == want.shape else f"shape {got.shape} vs {want.shape}"
+                        failures.append(f"{what}: differs from numpy ({err})")
+                    if not summary["floats_match"]:
+                        failures.append(f"{what}: measured floats {summary['network_floats_measured']} != "
+                                        f"predicted {summary['network_floats_predicted']}")
+        # A garbage plan file is refused, naming the file.
+        bad = os.path.join(d, "garbage.json")
+        with open(bad, "w") as f:
+            f.write('{"inputs": {}, "nodes": {}, "outputs": ["nope"]}')
+        r = run(tra, ["run", pfile, *inputs, "--plan", bad, "--no-progress"])
+        if r.returncode == 0 or "garbage.json" not in r.stderr:
+            failures.append(f"a garbage plan file was not refused: exit {r.returncode}, {r.stderr.strip()}")
+    for f in failures:
+        print("FAIL", f)
+    print(f"programs-numpy-test: {runs} runs of {len(cases())} programs, {len(failures)} failures")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
