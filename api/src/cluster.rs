@@ -648,7 +648,7 @@ impl ClusterTarget {
         use tra_executor::npy::{self, Layout};
         use tra_executor::threads::{Pool, TRelation};
         let processes = self.hosts.len();
-        if sites == 0 || sites % processes != 0 {
+        if sites == 0 || !sites.is_multiple_of(processes) {
             return Err(format!(
                 "this server runs on a cluster of {processes} processes: cluster.sites ({sites}) must be a multiple of {processes}"
             ));

@@ -69,7 +69,7 @@ fn join_headline(strategy: &[JoinStrategy]) -> Option<String> {
         [(n, k)] => Some(format!("{k} join{}", if *n == 1 { "" } else { "s" })),
         _ => {
             let mut used = used.clone();
-            used.sort_by(|a, b| b.0.cmp(&a.0));
+            used.sort_by_key(|(n, _)| std::cmp::Reverse(*n));
             let parts: Vec<String> = used.iter().map(|(n, k)| format!("{n} {k}")).collect();
             Some(format!("{} joins", parts.join(" + ")))
         }

@@ -99,8 +99,8 @@ fn rebind(addr: &str, bind: Option<&str>) -> String {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "request", rename_all = "snake_case")]
 pub enum Request {
-    /// Run a job.
-    Job(JobRequest),
+    /// Run a job (boxed: a job is far larger than the other requests).
+    Job(Box<JobRequest>),
     /// Put a finished job's outputs in place (to worker 0, once every
     /// process has succeeded).
     Commit {
@@ -357,7 +357,7 @@ fn serve_connection(w: &Worker, mut stream: TcpStream) -> Result<(), String> {
                 tracing::info!(process, %peer, "job {:016x}: busy with another job", req.token);
                 return send(&mut stream, &session, &AgentEvent::Busy { process }).map_err(|e| e.to_string());
             };
-            serve_job(w, stream, reader, session, req, &peer)
+            serve_job(w, stream, reader, session, *req, &peer)
         }
     }
 }
@@ -602,12 +602,12 @@ pub fn run_hosts(spec: &JobSpec, hosts: &[Host], secret: &Secret, timeout: Durat
 
 fn run_hosts_once(spec: &JobSpec, hosts: &[Host], secret: &Secret, timeout: Duration) -> Result<JobReport, Attempt> {
     let token: u64 = rand::random();
-    let req = Request::Job(JobRequest {
+    let req = Request::Job(Box::new(JobRequest {
         job: spec.clone(),
         token,
         addresses: hosts.iter().map(|h| h.data.clone()).collect(),
         timeout_s: timeout.as_secs_f64(),
-    });
+    }));
     // Reach every worker first.
     let mut links = Vec::new();
     let (tx, rx) = mpsc::channel::<(usize, Result<Option<AgentEvent>, String>)>();
