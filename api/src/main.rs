@@ -17,6 +17,8 @@ struct Cli {
 
 #[derive(Clone, Copy, ValueEnum, PartialEq)]
 enum Format {
+    /// A short summary for a person (only for `optimize`).
+    Summary,
     Json,
     Text,
     /// Graphviz (only for `optimize`).
@@ -45,9 +47,10 @@ enum Command {
     Optimize {
         /// The program (JSON); `-` reads standard input.
         file: String,
-        /// Output format: the API's answer as JSON, the plan as s-expressions with
-        /// costs, or Graphviz.
-        #[arg(long, value_enum, default_value = "json")]
+        /// Output format: a short summary (the plan chosen, its cost, the
+        /// alternatives), the API's answer as JSON (`POST /v1/optimize`'s), the
+        /// plan as s-expressions with each operator's cost, or Graphviz.
+        #[arg(long, value_enum, default_value = "summary")]
         format: Format,
         /// Override the program's `cluster.sites`.
         #[arg(long)]
@@ -82,11 +85,22 @@ enum Command {
     },
     /// Optimize a program and run it on worker threads, or across processes
     /// with `--processes N` or `--hosts FILE`, reading and writing `.npy` files.
+    ///
+    /// Inputs may be in either layout (the dense tensor, or the relation:
+    /// shape key_bounds ++ array_bounds). Each output is written dense
+    /// (numpy's shape) when its key arity equals its block rank, else in the
+    /// relation layout; `--layout NAME=relation|dense` chooses per output,
+    /// `--dense` asks for dense everywhere. Prints a short summary;
+    /// `--format json` prints the full report.
     Run {
         #[command(flatten)]
         run: tra_api::run::RunArgs,
         #[command(flatten)]
         cluster: tra_api::cluster::ClusterArgs,
+        /// What to print: a short summary, or the full report as JSON
+        /// (every operator's time and floats moved; stable, for scripts).
+        #[arg(long, value_enum, default_value = "summary")]
+        format: ReportFormat,
     },
     /// A cluster worker (started on each machine with its index and the host
     /// file; it stays up and runs the jobs sent to it).
@@ -97,8 +111,17 @@ enum Command {
     /// Write a new cluster secret to a file (mode 600).
     Secret(tra_api::cluster::SecretArgs),
     /// Compile an einsum expression to TRA, optimize it, run it on dense .npy
-    /// operands and write the dense result.
-    Einsum(tra_api::einsum::EinsumArgs),
+    /// operands and write the dense result (numpy's shape, float64).
+    ///
+    /// Prints a short summary; `--format json` prints the full report.
+    Einsum {
+        #[command(flatten)]
+        args: tra_api::einsum::EinsumArgs,
+        /// What to print: a short summary, or the full report as JSON
+        /// (the contraction order, padding, plan; stable, for scripts).
+        #[arg(long, value_enum, default_value = "summary")]
+        format: ReportFormat,
+    },
     /// List every rewrite rule with its name, equation and condition.
     Rules {
         /// Output format.
@@ -108,6 +131,18 @@ enum Command {
 }
 
 use tra_api::run::{read_text as read, report};
+use tra_api::summary::ReportFormat;
+
+/// A command's JSON report as `format` asks: as it is, or summarized.
+fn print_report(json: &str, format: ReportFormat, summarize: fn(&serde_json::Value) -> String) {
+    match format {
+        ReportFormat::Json => println!("{json}"),
+        ReportFormat::Summary => match serde_json::from_str::<serde_json::Value>(json) {
+            Ok(v) => println!("{}", summarize(&v)),
+            Err(_) => println!("{json}"),
+        },
+    }
+}
 
 /// Commands with no socket of their own, whose output may go to a pipe that
 /// closes early (`tra optimize big.json | head`): they end quietly on a
@@ -115,7 +150,7 @@ use tra_api::run::{read_text as read, report};
 fn writes_only_to_stdout(c: &Command) -> bool {
     match c {
         Command::Check { .. } | Command::Compile { .. } | Command::Optimize { .. } | Command::Rules { .. } => true,
-        Command::Bench { .. } | Command::Einsum(_) => true,
+        Command::Bench { .. } | Command::Einsum { .. } => true,
         Command::Run { cluster, .. } => !cluster.active(),
         Command::Serve(_) | Command::Worker(_) | Command::Cluster(_) | Command::Secret(_) => false,
     }
@@ -134,14 +169,14 @@ fn run(cli: Cli) -> Result<(), String> {
             optimize_cmd(&file, format, sites, limits, on_failure)
         }
         Command::Rules { format } => rules_cmd(format),
-        Command::Run { run, cluster } => {
+        Command::Run { run, cluster, format } => {
             let summary = if cluster.active() {
                 tra_api::cluster::run_cluster_command(&run, &cluster)?
             } else {
                 let choice = tra_api::run::PlanChoice { plan: cluster.plan, alternative: cluster.alternative };
                 tra_api::run::run_command_with(run, &choice)?
             };
-            println!("{summary}");
+            print_report(&summary, format, tra_api::summary::run_summary);
             Ok(())
         }
         Command::Worker(args) => tra_api::cluster::worker_command(args),
@@ -153,8 +188,8 @@ fn run(cli: Cli) -> Result<(), String> {
             println!("{}", tra_api::cluster::secret_command(args)?);
             Ok(())
         }
-        Command::Einsum(args) => {
-            println!("{}", tra_api::einsum::einsum_command(args)?);
+        Command::Einsum { args, format } => {
+            print_report(&tra_api::einsum::einsum_command(args)?, format, tra_api::summary::einsum_summary);
             Ok(())
         }
         Command::Bench { reps, chains, json, only } => {
@@ -251,6 +286,10 @@ fn optimize_cmd(
     }
     match format {
         Format::Json => println!("{}", serde_json::to_string_pretty(&answer).unwrap()),
+        Format::Summary => {
+            let v = serde_json::to_value(&answer).expect("JSON");
+            println!("{}", tra_api::summary::optimize_summary(&v, p.cluster().sites));
+        }
         Format::Text | Format::Dot => {
             let cluster = p.cluster();
             let w = Weights { network: cluster.network_weight, compute: cluster.compute_weight };
