@@ -41,8 +41,13 @@ fn compile_prints_the_table_1_plan() {
 }
 
 #[test]
-fn optimize_in_three_formats() {
-    let (ok, out, err) = tra(&["optimize", "examples/matmul-common-large-dim.json"]);
+fn optimize_in_four_formats() {
+    // By default a short summary for a person: the plan, its cost, the alternatives.
+    let (ok, out, err) = tra(&["optimize", "examples/matmul.json"]);
+    assert!(ok, "{err}");
+    assert!(out.starts_with("plan: ") && out.contains("network floats") && out.contains("alternatives"), "{out}");
+    assert!(out.lines().count() < 20 && serde_json::from_str::<serde_json::Value>(&out).is_err(), "{out}");
+    let (ok, out, err) = tra(&["optimize", "--format", "json", "examples/matmul-common-large-dim.json"]);
     assert!(ok, "{err}");
     let a: serde_json::Value = serde_json::from_str(&out).unwrap();
     for f in ["plan", "cost", "alternatives", "rules_applied", "stats"] {

@@ -70,7 +70,7 @@ fn outputs(dir: &Dir, tag: &str) -> Vec<String> {
 
 fn run(args: &[String], env: &[(&str, &str)]) -> (bool, String, String) {
     let mut cmd = Command::new(TRA);
-    cmd.arg("run").args(args);
+    cmd.args(["run", "--format", "json"]).args(args);
     for (k, v) in env {
         cmd.env(k, v);
     }
@@ -171,7 +171,7 @@ fn a_killed_worker_fails_the_run_within_seconds_and_the_next_run_works() {
     args.extend(inputs);
     args.extend(outputs(&dir, "f"));
     let mut child = Command::new(TRA)
-        .arg("run")
+        .args(["run", "--format", "json"])
         .args(&args)
         .env("TRA_CLUSTER_TEST_STALL_MS", "3000")
         .stdout(Stdio::piped())
@@ -299,7 +299,7 @@ fn hosts_run_on_worker_agents_and_survive_a_killed_job() {
     }
     // Kill the job process of worker 2 mid-run: the job fails quickly, the agents stay.
     let mut client = Command::new(TRA)
-        .arg("run")
+        .args(["run", "--format", "json"])
         .args(&args)
         .env("TRA_CLUSTER_TEST_STALL_MS", "3000")
         .stdout(Stdio::piped())
@@ -433,7 +433,7 @@ fn jobs_without_the_secret_or_outside_the_data_directories_are_refused_and_chang
 /// stalls), in a fresh temporary directory: the child, its job processes.
 fn slow_run(dir: &Dir, tmp: &Path, args: &[String]) -> (Child, Vec<u32>) {
     let child = Command::new(TRA)
-        .arg("run")
+        .args(["run", "--format", "json"])
         .args(args)
         .env("TRA_CLUSTER_TEST_STALL_MS", "4000")
         .env("TMPDIR", tmp)
