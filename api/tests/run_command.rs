@@ -361,3 +361,26 @@ fn the_command_line_honours_plan_and_alternative_on_threads() {
     let (ok, _, err) = tra(&["--alternative", "RMM", "--plan", &dir.s("cmm.json")]);
     assert!(!ok && err.contains("cannot be used with"), "{err}");
 }
+
+/// Without `--format json`, `tra run` prints a few lines for a person: the
+/// plan, floats measured against predicted, the time, where outputs went.
+#[test]
+fn the_command_line_prints_a_summary_by_default() {
+    let (dir, _) = setup("summary");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tra"))
+        .args(["run", &dir.s("p.json"), "--input", &format!("X={}", dir.s("x.npy"))])
+        .args(["--input", &format!("Y={}", dir.s("y.npy")), "--no-progress", "--threads", "2"])
+        .args(["--output", &format!("Z={}", dir.s("z.npy")), "--alternative", "CMM"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(serde_json::from_str::<serde_json::Value>(&text).is_err(), "{text}");
+    assert!(text.lines().count() <= 12, "{text}");
+    assert!(text.starts_with("ran ") && text.contains("3 sites (2 threads), f64"), "{text}");
+    assert!(text.contains("plan: CMM"), "{text}");
+    assert!(text.contains("network floats:") && text.contains("measured") && text.contains("as predicted"), "{text}");
+    assert!(text.contains("time: "), "{text}");
+    assert!(text.contains(&format!("Z → {}  dense (12, 6)", dir.s("z.npy"))), "{text}");
+    assert!(text.contains("R: not written (--output R=FILE.npy writes it)"), "{text}");
+}
