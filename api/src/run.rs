@@ -1,6 +1,6 @@
 //! `tra run FILE --input NAME=FILE.npy … --output NAME=FILE.npy [--dense]
 //! [--sites N] [--dtype f32|f64]`: optimize a program, load its inputs from
-//! `.npy` files (either layout, API.md "Execution"), run the chosen plan on
+//! `.npy` files (either layout, docs/API.md "Files"), run the chosen plan on
 //! worker threads, write the outputs, and answer a JSON summary: timings per
 //! operator, floats moved per shuffle and broadcast, measured next to the
 //! optimizer's prediction. `--alternative TEXT` runs another of the
