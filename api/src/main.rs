@@ -17,11 +17,20 @@ struct Cli {
 
 #[derive(Clone, Copy, ValueEnum, PartialEq)]
 enum Format {
-    /// A short summary for a person (only for `optimize`).
-    Summary,
     Json,
     Text,
-    /// Graphviz (only for `optimize`).
+}
+
+/// What `tra optimize` prints.
+#[derive(Clone, Copy, ValueEnum, PartialEq)]
+enum OptimizeFormat {
+    /// A short summary: the plan chosen, its cost, the alternatives.
+    Summary,
+    /// The API's answer (`POST /v1/optimize`'s).
+    Json,
+    /// The plan as s-expressions, with each operator's cost.
+    Text,
+    /// Graphviz.
     Dot,
 }
 
@@ -51,7 +60,7 @@ enum Command {
         /// alternatives), the API's answer as JSON (`POST /v1/optimize`'s), the
         /// plan as s-expressions with each operator's cost, or Graphviz.
         #[arg(long, value_enum, default_value = "summary")]
-        format: Format,
+        format: OptimizeFormat,
         /// Override the program's `cluster.sites`.
         #[arg(long)]
         sites: Option<usize>,
@@ -267,7 +276,7 @@ fn run(cli: Cli) -> Result<(), String> {
 
 fn optimize_cmd(
     file: &str,
-    format: Format,
+    format: OptimizeFormat,
     sites: Option<usize>,
     limits: Limits,
     on_failure: OnRuleFailure,
@@ -285,18 +294,18 @@ fn optimize_cmd(
         eprintln!("warning [{}] at {}: {}", w.code, w.at, w.message);
     }
     match format {
-        Format::Json => println!("{}", serde_json::to_string_pretty(&answer).unwrap()),
-        Format::Summary => {
+        OptimizeFormat::Json => println!("{}", serde_json::to_string_pretty(&answer).unwrap()),
+        OptimizeFormat::Summary => {
             let v = serde_json::to_value(&answer).expect("JSON");
             println!("{}", tra_api::summary::optimize_summary(&v, p.cluster().sites));
         }
-        Format::Text | Format::Dot => {
+        OptimizeFormat::Text | OptimizeFormat::Dot => {
             let cluster = p.cluster();
             let w = Weights { network: cluster.network_weight, compute: cluster.compute_weight };
             let typed =
                 check_plan(&answer.plan, cluster.sites).map_err(|e| format!("internal error: {}", report(&e)))?;
             let report = plan_report(&answer.plan, &typed, cluster.sites, w);
-            if format == Format::Dot {
+            if format == OptimizeFormat::Dot {
                 println!("{}", to_dot(&answer.plan, &report));
                 return Ok(());
             }
