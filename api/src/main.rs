@@ -1,4 +1,5 @@
-//! `tra`: check, compile (and later optimize, run and serve) TRA programs.
+//! `tra`: check, compile, optimize, run and serve TRA programs. Commands that
+//! report on a run print a short summary, or the full report with `--format json`.
 
 use clap::{Parser, Subcommand, ValueEnum};
 use std::process::ExitCode;

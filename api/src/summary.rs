@@ -301,6 +301,35 @@ mod tests {
     }
 
     #[test]
+    fn a_cluster_run_summary_names_the_plan_outputs_and_warnings() {
+        let report = serde_json::json!({
+            "program": "p.json", "runtime": "cluster", "processes": 2, "workers_per_process": 2, "hosts": null,
+            "sites": 4, "dtype": "f32", "strategy": "CMM — shuffle X by k, Y by k", "chosen_strategy": "BMM — broadcast X",
+            "network_floats_measured": 1200, "network_floats_predicted": 1200,
+            "timings_ms": {"optimize": 3.0, "job": 40.0, "load": 1.0, "run": 30.0, "write": 2.0, "total": 45.5},
+            "outputs": {
+                "S": {"key_bounds": [4], "array_bounds": [50, 50], "path": "s.npy", "layout": "relation",
+                      "shape": [4, 50, 50], "zero_filled_keys": 1, "checksum": {"sum": 1.5}},
+                "Z": {"key_bounds": [4, 4], "array_bounds": [50, 50], "checksum": {"sum": "NaN"}}
+            },
+            "warnings": [{"code": "rule_failed", "rule": "R1-4", "at": "D", "message": "…"}]
+        });
+        let text = run_summary(&report);
+        for want in [
+            "ran p.json on 4 sites (2 processes × 2 workers, local processes), f32",
+            "plan: CMM — shuffle X by k, Y by k",
+            "(the optimizer's choice was: BMM — broadcast X)",
+            "network floats: 1,200 measured, 1,200 predicted (as predicted)",
+            "time: 45.5 ms (optimize 3.0 ms, job 40.0 ms, load 1.0 ms, run 30.0 ms, write 2.0 ms)",
+            "S → s.npy  relation (4, 50, 50) (key bounds (4) × blocks (50, 50)), 1 missing blocks written as zeros",
+            "Z: not written (--output Z=FILE.npy writes it); key bounds (4, 4) × blocks (50, 50), sum NaN",
+            "warnings: 1 (rule_failed at D;",
+        ] {
+            assert!(text.contains(want), "missing {want:?} in\n{text}");
+        }
+    }
+
+    #[test]
     fn floats_that_differ_are_called_out() {
         assert!(floats_line(&1.into(), &2.into()).contains("DIFFERS"));
         assert!(floats_line(&2.into(), &2.into()).contains("as predicted"));
