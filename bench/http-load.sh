@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Load benchmark of POST /v1/optimize on the API.md matmul program: requests/s
+# Load benchmark of POST /v1/optimize on the docs/API.md matmul program: requests/s
 # and latency percentiles at 32 connections, with wrk (Debian's package).
 # Two runs on the same machine: the server as it ships (answers cached by
 # program, so a repeated program costs a lookup), and with the cache off

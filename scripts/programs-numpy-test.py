@@ -7,7 +7,7 @@ crashed the optimizer, and its minimal form), the transpose and the row sums
 of a product, `relu(X·Y + Z)`, a product with a block mask, a chain of three
 bracketed both ways. For sites 1-7 it runs
 
-    tra run PROGRAM --input A=a.npy ... --output OUT=out.npy --dense --sites S
+    tra run --format json PROGRAM --input A=a.npy ... --output OUT=out.npy --dense --sites S
 
 on worker threads, then again with `--alternative` for every strategy the
 optimizer offers and with `--plan` on the plan `tra optimize` wrote, and
@@ -157,7 +157,7 @@ def main():
                     path = os.path.join(d, f"{n}.npy")
                     np.save(path, arr)
                     inputs += ["--input", f"{n}={path}"]
-                opt = run(tra, ["optimize", pfile])
+                opt = run(tra, ["optimize", "--format", "json", pfile])
                 if opt.returncode != 0:
                     failures.append(f"{name}, {sites} sites: tra optimize failed: {opt.stderr.strip()}")
                     continue
@@ -174,7 +174,7 @@ def main():
                     if os.path.exists(out):
                         os.remove(out)
                     flags = ["--dense"] if layout == "dense" else []
-                    r = run(tra, ["run", pfile, *inputs, "--output", f"{output}={out}", "--no-progress",
+                    r = run(tra, ["run", "--format", "json", pfile, *inputs, "--output", f"{output}={out}", "--no-progress",
                                   "--threads", "2", *flags, *extra])
                     runs += 1
                     what = f"{name}, {sites} sites{' ' + ' '.join(extra) if extra else ''}"

@@ -417,6 +417,7 @@ pub fn run_cluster_command(args: &RunArgs, cluster: &ClusterArgs) -> Result<Stri
     let mut p = read_program(&args.file)?;
     p.cluster = Some(Cluster { sites, ..p.cluster() });
     let (inputs, outputs, dtype) = crate::run::files_and_dtype(&p, args)?;
+    let layouts = crate::run::output_layouts(&p, args, &outputs)?;
 
     let (answer, optimize_ms) = crate::run::optimize_timed(&p, args.strict)?;
     let choice = crate::run::PlanChoice { plan: cluster.plan.clone(), alternative: cluster.alternative.clone() };
@@ -438,7 +439,12 @@ pub fn run_cluster_command(args: &RunArgs, cluster: &ClusterArgs) -> Result<Stri
         dtype: dtype.name().to_string(),
         inputs: inputs.iter().map(|(n, p)| (n.clone(), absolute(p))).collect(),
         outputs: outputs.iter().map(|(n, p)| (n.clone(), absolute(p))).collect(),
-        dense: args.dense,
+        dense: false,
+        dense_outputs: layouts
+            .iter()
+            .filter(|(_, &l)| l == tra_executor::npy::Layout::Dense)
+            .map(|(n, _)| n.clone())
+            .collect(),
         layout: LayoutSpec::RoundRobin,
         fuse: true,
         threads,
@@ -685,6 +691,7 @@ impl ClusterTarget {
             inputs: in_files,
             outputs: out_files.clone(),
             dense: false,
+            dense_outputs: Default::default(),
             layout: LayoutSpec::RoundRobin,
             fuse: true,
             threads: all_loopback(&self.hosts).then_some((cores / processes).max(1)),

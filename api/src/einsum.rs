@@ -282,9 +282,13 @@ pub fn add_to_openapi(paths: &mut Value, schemas: &mut Value) {
             "200": {"description": "The program, the optimize answer, what the compiler did",
                     "content": {"application/json": {"schema": r("EinsumAnswer")}}},
             "400": {"description": "Not JSON (bad_json)", "content": {"application/json": {"schema": r("Error")}}},
+            "403": {"description": "A foreign Host on a loopback-bound server (host_not_allowed)", "content": {"application/json": {"schema": r("Error")}}},
+            "408": {"description": "The body was not sent in time (body_timeout)", "content": {"application/json": {"schema": r("Error")}}},
             "413": {"description": "Body too large (body_too_large)", "content": {"application/json": {"schema": r("Error")}}},
+            "415": {"description": "Not sent as Content-Type: application/json (unsupported_media_type)", "content": {"application/json": {"schema": r("Error")}}},
             "422": error,
-            "503": {"description": "A limit stopped the work (limit_exceeded)", "content": {"application/json": {"schema": r("Error")}}}
+            "500": {"description": "A bug in tra (internal), naming the rule that failed", "content": {"application/json": {"schema": r("Error")}}},
+            "503": {"description": "A limit stopped the work (limit_exceeded), or the server is busy (overloaded, with Retry-After)", "content": {"application/json": {"schema": r("Error")}}}
         }
     }});
 }

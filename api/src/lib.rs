@@ -9,3 +9,4 @@ pub mod examples;
 pub mod run;
 pub mod server;
 pub mod sigpipe;
+pub mod summary;

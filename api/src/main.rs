@@ -1,4 +1,5 @@
-//! `tra`: check, compile (and later optimize, run and serve) TRA programs.
+//! `tra`: check, compile, optimize, run and serve TRA programs. Commands that
+//! report on a run print a short summary, or the full report with `--format json`.
 
 use clap::{Parser, Subcommand, ValueEnum};
 use std::process::ExitCode;
@@ -19,7 +20,18 @@ struct Cli {
 enum Format {
     Json,
     Text,
-    /// Graphviz (only for `optimize`).
+}
+
+/// What `tra optimize` prints.
+#[derive(Clone, Copy, ValueEnum, PartialEq)]
+enum OptimizeFormat {
+    /// A short summary: the plan chosen, its cost, the alternatives.
+    Summary,
+    /// The API's answer (`POST /v1/optimize`'s).
+    Json,
+    /// The plan as s-expressions, with each operator's cost.
+    Text,
+    /// Graphviz.
     Dot,
 }
 
@@ -45,10 +57,11 @@ enum Command {
     Optimize {
         /// The program (JSON); `-` reads standard input.
         file: String,
-        /// Output format: the API's answer as JSON, the plan as s-expressions with
-        /// costs, or Graphviz.
-        #[arg(long, value_enum, default_value = "json")]
-        format: Format,
+        /// Output format: a short summary (the plan chosen, its cost, the
+        /// alternatives), the API's answer as JSON (`POST /v1/optimize`'s), the
+        /// plan as s-expressions with each operator's cost, or Graphviz.
+        #[arg(long, value_enum, default_value = "summary")]
+        format: OptimizeFormat,
         /// Override the program's `cluster.sites`.
         #[arg(long)]
         sites: Option<usize>,
@@ -82,11 +95,22 @@ enum Command {
     },
     /// Optimize a program and run it on worker threads, or across processes
     /// with `--processes N` or `--hosts FILE`, reading and writing `.npy` files.
+    ///
+    /// Inputs may be in either layout (the dense tensor, or the relation:
+    /// shape key_bounds ++ array_bounds). Each output is written dense
+    /// (numpy's shape) when its key arity equals its block rank, else in the
+    /// relation layout; `--layout NAME=relation|dense` chooses per output,
+    /// `--dense` asks for dense everywhere. Prints a short summary;
+    /// `--format json` prints the full report.
     Run {
         #[command(flatten)]
         run: tra_api::run::RunArgs,
         #[command(flatten)]
         cluster: tra_api::cluster::ClusterArgs,
+        /// What to print: a short summary, or the full report as JSON
+        /// (every operator's time and floats moved; stable, for scripts).
+        #[arg(long, value_enum, default_value = "summary")]
+        format: ReportFormat,
     },
     /// A cluster worker (started on each machine with its index and the host
     /// file; it stays up and runs the jobs sent to it).
@@ -97,8 +121,17 @@ enum Command {
     /// Write a new cluster secret to a file (mode 600).
     Secret(tra_api::cluster::SecretArgs),
     /// Compile an einsum expression to TRA, optimize it, run it on dense .npy
-    /// operands and write the dense result.
-    Einsum(tra_api::einsum::EinsumArgs),
+    /// operands and write the dense result (numpy's shape, float64).
+    ///
+    /// Prints a short summary; `--format json` prints the full report.
+    Einsum {
+        #[command(flatten)]
+        args: tra_api::einsum::EinsumArgs,
+        /// What to print: a short summary, or the full report as JSON
+        /// (the contraction order, padding, plan; stable, for scripts).
+        #[arg(long, value_enum, default_value = "summary")]
+        format: ReportFormat,
+    },
     /// List every rewrite rule with its name, equation and condition.
     Rules {
         /// Output format.
@@ -108,6 +141,18 @@ enum Command {
 }
 
 use tra_api::run::{read_text as read, report};
+use tra_api::summary::ReportFormat;
+
+/// A command's JSON report as `format` asks: as it is, or summarized.
+fn print_report(json: &str, format: ReportFormat, summarize: fn(&serde_json::Value) -> String) {
+    match format {
+        ReportFormat::Json => println!("{json}"),
+        ReportFormat::Summary => match serde_json::from_str::<serde_json::Value>(json) {
+            Ok(v) => println!("{}", summarize(&v)),
+            Err(_) => println!("{json}"),
+        },
+    }
+}
 
 /// Commands with no socket of their own, whose output may go to a pipe that
 /// closes early (`tra optimize big.json | head`): they end quietly on a
@@ -115,7 +160,7 @@ use tra_api::run::{read_text as read, report};
 fn writes_only_to_stdout(c: &Command) -> bool {
     match c {
         Command::Check { .. } | Command::Compile { .. } | Command::Optimize { .. } | Command::Rules { .. } => true,
-        Command::Bench { .. } | Command::Einsum(_) => true,
+        Command::Bench { .. } | Command::Einsum { .. } => true,
         Command::Run { cluster, .. } => !cluster.active(),
         Command::Serve(_) | Command::Worker(_) | Command::Cluster(_) | Command::Secret(_) => false,
     }
@@ -134,14 +179,14 @@ fn run(cli: Cli) -> Result<(), String> {
             optimize_cmd(&file, format, sites, limits, on_failure)
         }
         Command::Rules { format } => rules_cmd(format),
-        Command::Run { run, cluster } => {
+        Command::Run { run, cluster, format } => {
             let summary = if cluster.active() {
                 tra_api::cluster::run_cluster_command(&run, &cluster)?
             } else {
                 let choice = tra_api::run::PlanChoice { plan: cluster.plan, alternative: cluster.alternative };
                 tra_api::run::run_command_with(run, &choice)?
             };
-            println!("{summary}");
+            print_report(&summary, format, tra_api::summary::run_summary);
             Ok(())
         }
         Command::Worker(args) => tra_api::cluster::worker_command(args),
@@ -153,8 +198,8 @@ fn run(cli: Cli) -> Result<(), String> {
             println!("{}", tra_api::cluster::secret_command(args)?);
             Ok(())
         }
-        Command::Einsum(args) => {
-            println!("{}", tra_api::einsum::einsum_command(args)?);
+        Command::Einsum { args, format } => {
+            print_report(&tra_api::einsum::einsum_command(args)?, format, tra_api::summary::einsum_summary);
             Ok(())
         }
         Command::Bench { reps, chains, json, only } => {
@@ -232,7 +277,7 @@ fn run(cli: Cli) -> Result<(), String> {
 
 fn optimize_cmd(
     file: &str,
-    format: Format,
+    format: OptimizeFormat,
     sites: Option<usize>,
     limits: Limits,
     on_failure: OnRuleFailure,
@@ -250,14 +295,18 @@ fn optimize_cmd(
         eprintln!("warning [{}] at {}: {}", w.code, w.at, w.message);
     }
     match format {
-        Format::Json => println!("{}", serde_json::to_string_pretty(&answer).unwrap()),
-        Format::Text | Format::Dot => {
+        OptimizeFormat::Json => println!("{}", serde_json::to_string_pretty(&answer).unwrap()),
+        OptimizeFormat::Summary => {
+            let v = serde_json::to_value(&answer).expect("JSON");
+            println!("{}", tra_api::summary::optimize_summary(&v, p.cluster().sites));
+        }
+        OptimizeFormat::Text | OptimizeFormat::Dot => {
             let cluster = p.cluster();
             let w = Weights { network: cluster.network_weight, compute: cluster.compute_weight };
             let typed =
                 check_plan(&answer.plan, cluster.sites).map_err(|e| format!("internal error: {}", report(&e)))?;
             let report = plan_report(&answer.plan, &typed, cluster.sites, w);
-            if format == Format::Dot {
+            if format == OptimizeFormat::Dot {
                 println!("{}", to_dot(&answer.plan, &report));
                 return Ok(());
             }

@@ -1,6 +1,6 @@
 //! `tra run FILE --input NAME=FILE.npy … --output NAME=FILE.npy [--dense]
 //! [--sites N] [--dtype f32|f64]`: optimize a program, load its inputs from
-//! `.npy` files (either layout, API.md "Execution"), run the chosen plan on
+//! `.npy` files (either layout, docs/API.md "Files"), run the chosen plan on
 //! worker threads, write the outputs, and answer a JSON summary: timings per
 //! operator, floats moved per shuffle and broadcast, measured next to the
 //! optimizer's prediction. `--alternative TEXT` runs another of the
@@ -31,12 +31,21 @@ pub struct RunArgs {
     #[arg(long = "input", value_name = "NAME=FILE.npy")]
     pub inputs: Vec<String>,
     /// Where to write an output: `NAME=FILE.npy`, once per output wanted.
+    /// An output is written as the dense tensor (numpy's shape,
+    /// `key_bounds[i] · array_bounds[i]`) when its key arity equals its
+    /// block rank, and in the relation layout (shape `key_bounds ++
+    /// array_bounds`) otherwise; `--layout` chooses per output.
     #[arg(long = "output", value_name = "NAME=FILE.npy")]
     pub outputs: Vec<String>,
-    /// Write outputs as dense tensors (shape `key_bounds[i] · array_bounds[i]`)
-    /// instead of the relation layout.
+    /// Write every output as a dense tensor; an output whose key arity
+    /// differs from its block rank is an error naming it (unless `--layout
+    /// NAME=relation` says otherwise).
     #[arg(long)]
     pub dense: bool,
+    /// The layout of one output, `NAME=relation` or `NAME=dense`; overrides
+    /// the default and `--dense`.
+    #[arg(long = "layout", value_name = "NAME=relation|dense")]
+    pub layouts: Vec<String>,
     /// Override the program's `cluster.sites` (one worker thread per site).
     #[arg(long)]
     pub sites: Option<usize>,
@@ -129,6 +138,67 @@ pub fn pairs(
         }
     }
     Ok(out)
+}
+
+/// How each output named by `--output` is written: `--layout NAME=…` if
+/// given, else dense with `--dense`, else dense when the output's key arity
+/// equals its block rank and the relation layout otherwise. An output that
+/// is asked to be dense but cannot be is an error naming it, before any work.
+pub fn output_layouts(
+    p: &Program,
+    args: &RunArgs,
+    outputs: &BTreeMap<String, PathBuf>,
+) -> Result<BTreeMap<String, Layout>, String> {
+    let mut asked: BTreeMap<String, Layout> = BTreeMap::new();
+    for item in &args.layouts {
+        let (name, layout) =
+            item.split_once('=').ok_or_else(|| format!("--layout {item:?}: expected NAME=relation or NAME=dense"))?;
+        let layout = match layout {
+            "relation" => Layout::Relation,
+            "dense" => Layout::Dense,
+            other => return Err(format!("--layout {name}={other}: the layout is `relation` or `dense`")),
+        };
+        if !p.outputs.iter().any(|o| o == name) {
+            return Err(format!(
+                "--layout {item}: the program has no output `{name}` (its outputs: {})",
+                p.outputs.join(", ")
+            ));
+        }
+        if !outputs.contains_key(name) {
+            return Err(format!("--layout {item}: output `{name}` is not written (pass --output {name}=FILE.npy)"));
+        }
+        if asked.insert(name.to_string(), layout).is_some() {
+            return Err(format!("--layout {name}: given twice"));
+        }
+    }
+    if outputs.is_empty() {
+        return Ok(BTreeMap::new());
+    }
+    let typed = tra_optimizer::check::check_program(p).map_err(|e| report(&e))?;
+    let mut layouts = BTreeMap::new();
+    for name in outputs.keys() {
+        let t = &typed.types[name];
+        let (keys, rank) = (t.frontier.len(), t.array_bounds.len());
+        let can_be_dense = keys == rank;
+        let layout = match (asked.get(name), args.dense) {
+            (Some(&l), _) => l,
+            (None, true) => Layout::Dense,
+            (None, false) if can_be_dense => Layout::Dense,
+            (None, false) => Layout::Relation,
+        };
+        if layout == Layout::Dense && !can_be_dense {
+            let flag = if asked.contains_key(name) { format!("--layout {name}=dense") } else { "--dense".into() };
+            return Err(format!(
+                "output `{name}` cannot be written dense ({flag}): its key has {keys} dim{} (key bounds {:?}) but \
+                 its blocks have rank {rank} ({:?}); write it in the relation layout with --layout {name}=relation",
+                if keys == 1 { "" } else { "s" },
+                t.frontier,
+                t.array_bounds
+            ));
+        }
+        layouts.insert(name.clone(), layout);
+    }
+    Ok(layouts)
 }
 
 /// Peak resident memory of this process, from `/proc/self/status` (Linux).
@@ -333,6 +403,7 @@ pub fn run_command_with(args: RunArgs, choice: &PlanChoice) -> Result<String, St
         }
     }
     let (inputs, outputs, dtype) = files_and_dtype(&p, &args)?;
+    let layouts = output_layouts(&p, &args, &outputs)?;
 
     let (answer, optimize_ms) = match choice.plan {
         Some(_) => (None, 0.0),
@@ -346,6 +417,7 @@ pub fn run_command_with(args: RunArgs, choice: &PlanChoice) -> Result<String, St
         warnings: &warnings,
         inputs: &inputs,
         outputs: &outputs,
+        layouts: &layouts,
         args: &args,
         optimize_ms,
         t_start,
@@ -363,6 +435,7 @@ struct Ctx<'a> {
     warnings: &'a [tra_optimizer::optimize::Warning],
     inputs: &'a BTreeMap<String, PathBuf>,
     outputs: &'a BTreeMap<String, PathBuf>,
+    layouts: &'a BTreeMap<String, Layout>,
     args: &'a RunArgs,
     optimize_ms: f64,
     t_start: Instant,
@@ -419,7 +492,6 @@ fn run_typed<T: Elem>(c: &Ctx<'_>) -> Result<serde_json::Value, String> {
 
     // Outputs.
     let t_write = Instant::now();
-    let layout = if c.args.dense { Layout::Dense } else { Layout::Relation };
     let mut output_info = serde_json::Map::new();
     for (name, value) in &run.outputs {
         let rel = value.erase().map_err(|e| format!("output `{name}`: {e}"))?;
@@ -434,6 +506,7 @@ fn run_typed<T: Elem>(c: &Ctx<'_>) -> Result<serde_json::Value, String> {
             "checksum": {"sum": crate::server::json_float(sum), "abs_sum": crate::server::json_float(abs)},
         });
         if let Some(path) = c.outputs.get(name) {
+            let layout = c.layouts.get(name).copied().unwrap_or(Layout::Relation);
             let holes = npy::write_relation(path, &rel, &t.rel.frontier, &t.rel.array_bounds, layout)
                 .map_err(|e| format!("output `{name}`: {e}"))?;
             let shape = npy::layout_shape(layout, &t.rel.frontier, &t.rel.array_bounds);

@@ -1,4 +1,4 @@
-//! The HTTP service (`tra serve`): the contract of `API.md` over axum.
+//! The HTTP service (`tra serve`): the contract of `docs/API.md` over axum.
 //!
 //! - `POST /v1/optimize`: a TRA program → the chosen IA plan, its cost, the
 //!   alternatives, the rules that built it and the run's figures.

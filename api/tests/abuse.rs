@@ -621,7 +621,8 @@ fn a_closed_pipe_ends_the_command_quietly() {
     }
     let p = json!({"inputs": {"X": {"key_bounds": [2], "array_bounds": [2]}}, "nodes": nodes, "outputs": outputs});
     std::fs::write(d.join("big.json"), p.to_string()).unwrap();
-    for cmd in [format!("'{TRA}' optimize big.json | head -c 100"), format!("'{TRA}' rules | head -n 1")] {
+    for cmd in [format!("'{TRA}' optimize --format json big.json | head -c 100"), format!("'{TRA}' rules | head -n 1")]
+    {
         let out = Command::new("bash")
             .args(["-c", &format!("set -o pipefail; {cmd} >/dev/null")])
             .current_dir(&d)

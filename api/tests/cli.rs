@@ -41,8 +41,13 @@ fn compile_prints_the_table_1_plan() {
 }
 
 #[test]
-fn optimize_in_three_formats() {
-    let (ok, out, err) = tra(&["optimize", "examples/matmul-common-large-dim.json"]);
+fn optimize_in_four_formats() {
+    // By default a short summary for a person: the plan, its cost, the alternatives.
+    let (ok, out, err) = tra(&["optimize", "examples/matmul.json"]);
+    assert!(ok, "{err}");
+    assert!(out.starts_with("plan: ") && out.contains("network floats") && out.contains("alternatives"), "{out}");
+    assert!(out.lines().count() < 20 && serde_json::from_str::<serde_json::Value>(&out).is_err(), "{out}");
+    let (ok, out, err) = tra(&["optimize", "--format", "json", "examples/matmul-common-large-dim.json"]);
     assert!(ok, "{err}");
     let a: serde_json::Value = serde_json::from_str(&out).unwrap();
     for f in ["plan", "cost", "alternatives", "rules_applied", "stats"] {
@@ -79,4 +84,29 @@ fn errors_are_clear_and_exit_nonzero() {
     let (ok, _, err) = tra(&["optimize", bad.to_str().unwrap()]);
     assert!(!ok);
     assert!(err.contains("unknown_kernel") && err.contains("Z.kernel") && err.contains("matMul"), "{err}");
+}
+
+#[test]
+fn einsum_prints_a_summary_or_the_json_report() {
+    let dir = std::env::temp_dir().join(format!("tra-cli-einsum-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let a: Vec<f64> = (0..12).map(f64::from).collect();
+    tra_executor::npy::write_array(&dir.join("a.npy"), &[3, 4], &a).unwrap();
+    tra_executor::npy::write_array(&dir.join("b.npy"), &[4, 2], &a[..8]).unwrap();
+    let (ai, bi, c) = (
+        format!("A={}", dir.join("a.npy").display()),
+        format!("B={}", dir.join("b.npy").display()),
+        format!("C={}", dir.join("c.npy").display()),
+    );
+    let (ok, out, err) = tra(&["einsum", "ij,jk->ik", "--input", &ai, "--input", &bi, "--output", &c, "--block", "2"]);
+    assert!(ok, "{err}");
+    assert!(out.starts_with("einsum ij,jk->ik on 4 sites (block 2"), "{out}");
+    assert!(out.contains("as predicted") && out.contains("c.npy  dense (3, 2) float64"), "{out}");
+    let (ok, out, err) =
+        tra(&["einsum", "ij,jk->ik", "--input", &ai, "--input", &bi, "--format", "json", "--block", "2"]);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    // Row 0 of A·B: [0 1 2 3]·[[0 1] [2 3] [4 5] [6 7]] = [28, 34].
+    assert_eq!(v["output"]["data"][0], serde_json::json!([28.0, 34.0]), "{out}");
+    std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -70,7 +70,7 @@ fn outputs(dir: &Dir, tag: &str) -> Vec<String> {
 
 fn run(args: &[String], env: &[(&str, &str)]) -> (bool, String, String) {
     let mut cmd = Command::new(TRA);
-    cmd.arg("run").args(args);
+    cmd.args(["run", "--format", "json"]).args(args);
     for (k, v) in env {
         cmd.env(k, v);
     }
@@ -171,7 +171,7 @@ fn a_killed_worker_fails_the_run_within_seconds_and_the_next_run_works() {
     args.extend(inputs);
     args.extend(outputs(&dir, "f"));
     let mut child = Command::new(TRA)
-        .arg("run")
+        .args(["run", "--format", "json"])
         .args(&args)
         .env("TRA_CLUSTER_TEST_STALL_MS", "3000")
         .stdout(Stdio::piped())
@@ -299,7 +299,7 @@ fn hosts_run_on_worker_agents_and_survive_a_killed_job() {
     }
     // Kill the job process of worker 2 mid-run: the job fails quickly, the agents stay.
     let mut client = Command::new(TRA)
-        .arg("run")
+        .args(["run", "--format", "json"])
         .args(&args)
         .env("TRA_CLUSTER_TEST_STALL_MS", "3000")
         .stdout(Stdio::piped())
@@ -433,7 +433,7 @@ fn jobs_without_the_secret_or_outside_the_data_directories_are_refused_and_chang
 /// stalls), in a fresh temporary directory: the child, its job processes.
 fn slow_run(dir: &Dir, tmp: &Path, args: &[String]) -> (Child, Vec<u32>) {
     let child = Command::new(TRA)
-        .arg("run")
+        .args(["run", "--format", "json"])
         .args(args)
         .env("TRA_CLUSTER_TEST_STALL_MS", "4000")
         .env("TMPDIR", tmp)
@@ -604,4 +604,69 @@ fn a_local_cluster_comes_up_runs_jobs_and_http_executions_and_goes_down() {
         assert!(t.elapsed() < Duration::from_secs(5), "workers still up after tra cluster down");
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// Outputs are laid out the same way on processes as on threads: dense when
+/// the key arity equals the block rank (Z), the relation layout otherwise
+/// (S, block-row sums), `--layout` per output, `--dense` refused for S.
+#[test]
+fn processes_lay_out_each_output_as_threads_do() {
+    let dir = Dir::new("layouts");
+    let (prog, inputs) = setup(&dir);
+    let with_sums = PROGRAM
+        .replace(
+            r#""R": {"op": "transform", "input": "Z", "kernel": "relu"}"#,
+            r#""S": {"op": "aggregate", "input": "XY", "group_by": [0], "kernel": "matAdd"}"#,
+        )
+        .replace(r#""outputs": ["Z", "R"]"#, r#""outputs": ["Z", "S"]"#);
+    std::fs::write(&prog, with_sums).unwrap();
+    let p = prog.display().to_string();
+    let outs = |tag: &str| -> Vec<String> {
+        ["Z", "S"]
+            .iter()
+            .flat_map(|o| ["--output".to_string(), format!("{o}={}", dir.path(&format!("{tag}-{o}.npy")).display())])
+            .collect()
+    };
+    let shape = |f: &str| npy::read_file_header(&dir.path(f)).unwrap().shape;
+    for (tag, extra) in [("threads", vec!["--sites", "2"]), ("procs", vec!["--processes", "2"])] {
+        let mut args = vec![p.clone(), "--no-progress".into()];
+        args.extend(extra.iter().map(|s| s.to_string()));
+        args.extend(inputs.clone());
+        args.extend(outs(tag));
+        let (ok, out, err) = run(&args, &[]);
+        assert!(ok, "{err}");
+        let v = check_summary(&out);
+        assert_eq!(v["outputs"]["Z"]["layout"], "dense", "{out}");
+        assert_eq!(v["outputs"]["S"]["layout"], "relation", "{out}");
+        assert_eq!(shape(&format!("{tag}-Z.npy")), vec![32, 20]);
+        assert_eq!(shape(&format!("{tag}-S.npy")), vec![4, 8, 5]);
+        // --dense: refused for S, naming it, before anything runs.
+        args.push("--dense".into());
+        let (ok, _, err) = run(&args, &[]);
+        assert!(
+            !ok && err.contains("output `S` cannot be written dense") && err.contains("--layout S=relation"),
+            "{err}"
+        );
+        // --dense with S said otherwise; Z in the relation layout when asked.
+        args.extend(["--layout".into(), "S=relation".into()]);
+        let (ok, _, err) = run(&args, &[]);
+        assert!(ok, "{err}");
+        args.truncate(args.len() - 3);
+        args.extend(["--layout".into(), "Z=relation".into()]);
+        let (ok, _, err) = run(&args, &[]);
+        assert!(ok, "{err}");
+        assert_eq!(shape(&format!("{tag}-Z.npy")), vec![4, 4, 8, 5]);
+    }
+    for o in ["Z", "S"] {
+        same_files(&dir.path(&format!("threads-{o}.npy")), &dir.path(&format!("procs-{o}.npy")));
+    }
+    // Without --format json: a summary for a person, naming where each output went and how.
+    let mut args = vec![p, "--processes".to_string(), "2".into(), "--no-progress".into()];
+    args.extend(inputs);
+    args.extend(outs("procs"));
+    let out = Command::new(TRA).arg("run").args(&args).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && text.starts_with("ran ") && text.contains("2 processes"), "{text}");
+    assert!(text.contains("as predicted") && text.contains("procs-Z.npy  dense (32, 20)"), "{text}");
+    assert!(text.contains("procs-S.npy  relation (4, 8, 5)"), "{text}");
 }

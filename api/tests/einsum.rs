@@ -176,7 +176,7 @@ async fn http_einsum_gives_the_program_and_its_optimization() {
     });
     let (status, v) = request(addr, "POST", "/v1/einsum", &body.to_string()).await;
     assert_eq!(status, 200, "{v}");
-    // The API.md matmul program.
+    // The docs/API.md matmul program.
     assert_eq!(v["program"]["inputs"]["A"], json!({"key_bounds": [4, 4], "array_bounds": [1000, 1000]}));
     assert_eq!(
         v["program"]["nodes"]["AB_join"],

@@ -317,7 +317,7 @@ async fn rules_kernels_examples_openapi() {
     let examples = get(addr, "/v1/examples").await.json();
     let ex = examples.as_object().unwrap();
     assert!(ex.contains_key("matmul"), "{:?}", ex.keys());
-    assert_eq!(ex["matmul"]["program"], api_example(), "the matmul example is API.md's");
+    assert_eq!(ex["matmul"]["program"], api_example(), "the matmul example is docs/API.md's");
 
     let r = get(addr, "/openapi.json").await;
     assert_eq!(r.status, 200);

@@ -44,6 +44,7 @@ fn args(dir: &Dir, inputs: &[(&str, &str)], outputs: &[(&str, &str)]) -> RunArgs
         inputs: inputs.iter().map(|(n, f)| format!("{n}={}", dir.s(f))).collect(),
         outputs: outputs.iter().map(|(n, f)| format!("{n}={}", dir.s(f))).collect(),
         dense: false,
+        layouts: Vec::new(),
         sites: None,
         dtype: None,
         threads: Some(2),
@@ -70,9 +71,14 @@ fn setup(tag: &str) -> (Dir, BTreeMap<String, Relation>) {
 fn runs_and_writes_both_layouts() {
     let (dir, inputs) = setup("ok");
     let want = eval_tra(&Program::from_json(MATMUL).unwrap(), &inputs).unwrap();
-    for dense in [false, true] {
+    // Key arity equals block rank: dense by default, relation when asked.
+    let relation = vec!["Z=relation".to_string(), "R=relation".to_string()];
+    for (dense, layouts, expected) in
+        [(false, vec![], Layout::Dense), (false, relation, Layout::Relation), (true, vec![], Layout::Dense)]
+    {
         let mut a = args(&dir, &[("X", "x.npy"), ("Y", "y.npy")], &[("Z", "z.npy"), ("R", "r.npy")]);
         a.dense = dense;
+        a.layouts = layouts;
         let out: serde_json::Value = serde_json::from_str(&run_command(a).unwrap()).unwrap();
         assert_eq!(out["floats_match"], true, "{out}");
         assert_eq!(out["network_floats_measured"], out["network_floats_predicted"]);
@@ -88,7 +94,8 @@ fn runs_and_writes_both_layouts() {
         for (name, file) in [("Z", "z.npy"), ("R", "r.npy")] {
             let pool = Pool::<f64>::new();
             let (rel, layout, _) = npy::read_relation::<f64>(&dir.path(file), &[3, 3], &[4, 2], &pool).unwrap();
-            assert_eq!(layout, if dense { Layout::Dense } else { Layout::Relation });
+            assert_eq!(layout, expected);
+            assert_eq!(out["outputs"][name]["layout"], serde_json::to_value(expected).unwrap());
             compare(&want[name], &rel.to_relation(), 1e-12).unwrap();
             let sum: f64 = want[name].tuples.values().map(|b| b.sum()).sum();
             assert!((out["outputs"][name]["checksum"]["sum"].as_f64().unwrap() - sum).abs() < 1e-9);
@@ -128,6 +135,83 @@ fn runs_and_writes_both_layouts() {
     let out: serde_json::Value = serde_json::from_str(&run_command(a).unwrap()).unwrap();
     assert_eq!(out["sites"], 5);
     assert_eq!(out["floats_match"], true);
+}
+
+/// Z = X·Y (key arity 2, blocks of rank 2) and S, the block-row sums of
+/// the products (key arity 1, blocks of rank 2: no dense form).
+const TWO_LAYOUTS: &str = r#"{
+  "inputs": {"X": {"key_bounds": [3, 2], "array_bounds": [4, 5]},
+             "Y": {"key_bounds": [2, 3], "array_bounds": [5, 2]}},
+  "nodes": {"XY": {"op": "join", "left": "X", "right": "Y", "left_keys": [1], "right_keys": [0], "kernel": "matMul"},
+            "Z": {"op": "aggregate", "input": "XY", "group_by": [0, 2], "kernel": "matAdd"},
+            "S": {"op": "aggregate", "input": "XY", "group_by": [0], "kernel": "matAdd"}},
+  "outputs": ["Z", "S"],
+  "cluster": {"sites": 3}
+}"#;
+
+#[test]
+fn each_output_gets_its_own_layout() {
+    let (dir, inputs) = setup("layouts");
+    std::fs::write(dir.path("p.json"), TWO_LAYOUTS).unwrap();
+    let want = eval_tra(&Program::from_json(TWO_LAYOUTS).unwrap(), &inputs).unwrap();
+    let pool = Pool::<f64>::new();
+    let run = |dense: bool, layouts: &[&str]| {
+        for f in ["z.npy", "s.npy"] {
+            let _ = std::fs::remove_file(dir.path(f));
+        }
+        let mut a = args(&dir, &[("X", "x.npy"), ("Y", "y.npy")], &[("Z", "z.npy"), ("S", "s.npy")]);
+        a.dense = dense;
+        a.layouts = layouts.iter().map(|l| l.to_string()).collect();
+        run_command(a)
+    };
+    let check = |z: Layout, s: Layout| {
+        for (name, file, keys, blocks, layout, shape) in [
+            (
+                "Z",
+                "z.npy",
+                &[3u32, 3][..],
+                &[4usize, 2][..],
+                z,
+                if z == Layout::Dense { vec![12, 6] } else { vec![3, 3, 4, 2] },
+            ),
+            ("S", "s.npy", &[3u32][..], &[4usize, 2][..], s, vec![3, 4, 2]),
+        ] {
+            assert_eq!(npy::read_file_header(&dir.path(file)).unwrap().shape, shape, "{name}");
+            let (rel, got, _) = npy::read_relation::<f64>(&dir.path(file), keys, blocks, &pool).unwrap();
+            assert_eq!(got, layout, "{name}");
+            compare(&want[name], &rel.to_relation(), 1e-12).unwrap();
+        }
+    };
+    // By default: Z dense, S (which cannot be) in the relation layout.
+    let out: serde_json::Value = serde_json::from_str(&run(false, &[]).unwrap()).unwrap();
+    assert_eq!((&out["outputs"]["Z"]["layout"], &out["outputs"]["S"]["layout"]), (&"dense".into(), &"relation".into()));
+    check(Layout::Dense, Layout::Relation);
+    // --layout per output.
+    run(false, &["Z=relation"]).unwrap();
+    check(Layout::Relation, Layout::Relation);
+    // --dense everywhere it can be, with S said otherwise.
+    run(true, &["S=relation"]).unwrap();
+    check(Layout::Dense, Layout::Relation);
+    // Dense where it cannot be: an error naming the output and the way out, before any file is written.
+    let e = run(true, &[]).unwrap_err();
+    assert!(e.contains("output `S` cannot be written dense (--dense)") && e.contains("--layout S=relation"), "{e}");
+    assert!(e.contains("key bounds [3]") && e.contains("[4, 2]"), "{e}");
+    assert!(!dir.path("z.npy").exists() && !dir.path("s.npy").exists());
+    let e = run(false, &["S=dense"]).unwrap_err();
+    assert!(e.contains("output `S` cannot be written dense (--layout S=dense)"), "{e}");
+    // Wrong flags.
+    let e = run(false, &["Z=sparse"]).unwrap_err();
+    assert!(e.contains("--layout Z=sparse") && e.contains("`relation` or `dense`"), "{e}");
+    let e = run(false, &["XY=dense"]).unwrap_err();
+    assert!(e.contains("no output `XY`") && e.contains("Z, S"), "{e}");
+    let e = run(false, &["Z"]).unwrap_err();
+    assert!(e.contains("NAME=relation or NAME=dense"), "{e}");
+    let e = run(false, &["Z=dense", "Z=relation"]).unwrap_err();
+    assert!(e.contains("--layout Z: given twice"), "{e}");
+    let mut a = args(&dir, &[("X", "x.npy"), ("Y", "y.npy")], &[("Z", "z.npy")]);
+    a.layouts = vec!["S=relation".into()];
+    let e = run_command(a).unwrap_err();
+    assert!(e.contains("output `S` is not written") && e.contains("--output S=FILE.npy"), "{e}");
 }
 
 #[test]
@@ -252,7 +336,7 @@ fn the_command_line_honours_plan_and_alternative_on_threads() {
     let (dir, _) = setup("cli");
     let tra = |extra: &[&str]| {
         let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_tra"));
-        cmd.args(["run", &dir.s("p.json"), "--input", &format!("X={}", dir.s("x.npy"))])
+        cmd.args(["run", "--format", "json", &dir.s("p.json"), "--input", &format!("X={}", dir.s("x.npy"))])
             .args(["--input", &format!("Y={}", dir.s("y.npy")), "--no-progress", "--threads", "2"])
             .args(extra);
         let out = cmd.output().expect("run tra");
@@ -276,4 +360,27 @@ fn the_command_line_honours_plan_and_alternative_on_threads() {
     assert!(v["strategy"].as_str().unwrap().contains("RMM"), "{v}");
     let (ok, _, err) = tra(&["--alternative", "RMM", "--plan", &dir.s("cmm.json")]);
     assert!(!ok && err.contains("cannot be used with"), "{err}");
+}
+
+/// Without `--format json`, `tra run` prints a few lines for a person: the
+/// plan, floats measured against predicted, the time, where outputs went.
+#[test]
+fn the_command_line_prints_a_summary_by_default() {
+    let (dir, _) = setup("summary");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tra"))
+        .args(["run", &dir.s("p.json"), "--input", &format!("X={}", dir.s("x.npy"))])
+        .args(["--input", &format!("Y={}", dir.s("y.npy")), "--no-progress", "--threads", "2"])
+        .args(["--output", &format!("Z={}", dir.s("z.npy")), "--alternative", "CMM"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(serde_json::from_str::<serde_json::Value>(&text).is_err(), "{text}");
+    assert!(text.lines().count() <= 12, "{text}");
+    assert!(text.starts_with("ran ") && text.contains("3 sites (2 threads), f64"), "{text}");
+    assert!(text.contains("plan: CMM"), "{text}");
+    assert!(text.contains("network floats:") && text.contains("measured") && text.contains("as predicted"), "{text}");
+    assert!(text.contains("time: "), "{text}");
+    assert!(text.contains(&format!("Z → {}  dense (12, 6)", dir.s("z.npy"))), "{text}");
+    assert!(text.contains("R: not written (--output R=FILE.npy writes it)"), "{text}");
 }

@@ -88,7 +88,7 @@ def main():
         where = ["--hosts", hosts] if mode == "warm" else ["--processes", "2"]
         t = time.perf_counter()
         out = subprocess.run(
-            [args.tra, "run", pp, *where, "--input", f"X={xp}", "--input", f"Y={yp}", "--output", f"Z={zp}", "--dense"],
+            [args.tra, "run", "--format", "json", pp, *where, "--input", f"X={xp}", "--input", f"Y={yp}", "--output", f"Z={zp}", "--dense"],
             check=True, capture_output=True, text=True,
         )
         dt = time.perf_counter() - t
@@ -192,7 +192,7 @@ def wire_bench(args, tmp, hosts, n=8192, block=256):
         json.dump(plan, f)
     rates, figures = [], None
     for _ in range(args.reps):
-        out = subprocess.run([args.tra, "run", pp, "--plan", planp, "--hosts", hosts, "--input", f"X={wp}",
+        out = subprocess.run([args.tra, "run", "--format", "json", pp, "--plan", planp, "--hosts", hosts, "--input", f"X={wp}",
                               "--output", f"S={op}"], check=True, capture_output=True, text=True)
         figures = json.loads(out.stdout)["wire"]["S"]
         rates.append(figures["bytes"] / (figures["ms"] / 1e3) / 1e9)

@@ -117,7 +117,7 @@ def main():
             # first (after the previous shape's files) or right after the same one.
             for c in names[rep % len(names):] + names[:rep % len(names)]:
                 plan = configs[c]
-                cmd = [args.tra, "run", pp, "--hosts", args.hosts, "--input", f"X={xp}", "--input", f"Y={yp}",
+                cmd = [args.tra, "run", "--format", "json", pp, "--hosts", args.hosts, "--input", f"X={xp}", "--input", f"Y={yp}",
                        "--output", f"Z={zp}", "--dense"]
                 if plan:
                     cmd += ["--plan", plan]

@@ -1,6 +1,6 @@
 //! Reading and writing `.npy` files (format versions 1, 2 and 3; `float32`
 //! and `float64`, either byte order, C or Fortran order), and the two ways a
-//! tensor relation is stored in one (API.md, "Execution"):
+//! tensor relation is stored in one (docs/API.md, "Files"):
 //!
 //! - **relation layout**: one array of shape `key_bounds ++ array_bounds`;
 //!   the block of key `k` is the sub-array at index `k`;

@@ -296,6 +296,7 @@ fn file_job(
         inputs,
         outputs,
         dense: false,
+        dense_outputs: Default::default(),
         layout: LayoutSpec::RoundRobin,
         fuse: true,
         threads: Some(1),

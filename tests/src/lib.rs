@@ -35,7 +35,7 @@ pub const MINIMAL_FORM: &str = r#"{
   "outputs": ["T"], "cluster": {"sites": 1}
 }"#;
 
-/// The API.md matmul program with the given key bounds, block sizes and sites.
+/// The docs/API.md matmul program with the given key bounds, block sizes and sites.
 pub fn matmul_program(i: u32, j: u32, k: u32, block: usize, sites: usize) -> Program {
     program(&format!(
         r#"{{

@@ -15,7 +15,7 @@ use std::time::Duration;
 /// --max-connections and the header and body timeouts. Requests that must
 /// wait queue (at most --max-queued) until their deadline, then get 503
 /// with Retry-After. Bound to loopback, only requests for localhost,
-/// 127.0.0.1 or [::1] (with the port) are answered, and POST bodies must be
+/// `127.0.0.1` or `[::1]` (with the port) are answered, and POST bodies must be
 /// sent as application/json, so that web pages cannot use the service.
 #[derive(clap::Args, Debug, Clone)]
 pub struct ServeArgs {

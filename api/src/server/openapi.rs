@@ -1,5 +1,5 @@
 //! The machine-readable contract (`GET /openapi.json`): an OpenAPI 3.1
-//! document written in one place, mirroring `API.md`. A test checks that
+//! document written in one place, mirroring `docs/API.md`. A test checks that
 //! every route of [`super::ROUTES`] is in it.
 
 use super::ServerConfig;

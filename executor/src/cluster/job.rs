@@ -18,7 +18,7 @@ use crate::npy::{self, Layout};
 use crate::reference::AnyLayout;
 use crate::threads::{Dtype, Elem};
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use tra_optimizer::check::check_plan;
@@ -63,9 +63,13 @@ pub struct JobSpec {
     pub inputs: BTreeMap<String, PathBuf>,
     /// Output `.npy` files by output name (every process writes its blocks).
     pub outputs: BTreeMap<String, PathBuf>,
-    /// Write outputs as dense tensors.
+    /// Write every output as a dense tensor.
     #[serde(default)]
     pub dense: bool,
+    /// Outputs written as dense tensors (the others in the relation layout,
+    /// unless `dense`).
+    #[serde(default)]
+    pub dense_outputs: BTreeSet<String>,
     /// Placement of `any` inputs.
     #[serde(default)]
     pub layout: LayoutSpec,
@@ -107,6 +111,15 @@ fn thirty() -> f64 {
 }
 
 impl JobSpec {
+    /// The layout output `name` is written in.
+    pub fn output_layout(&self, name: &str) -> Layout {
+        if self.dense || self.dense_outputs.contains(name) {
+            Layout::Dense
+        } else {
+            Layout::Relation
+        }
+    }
+
     /// Sites of the job.
     pub fn sites(&self) -> usize {
         self.processes * self.workers
@@ -228,9 +241,9 @@ fn run_typed<T: Elem>(spec: &JobSpec, comm: &Comm, token: u64) -> Result<Option<
     let default_threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
     // Every site writes its own tuples of the outputs in place.
     let typed = check_plan(&spec.plan, spec.sites()).map_err(|e| format!("the plan does not check: {}", e.message))?;
-    let layout = if spec.dense { Layout::Dense } else { Layout::Relation };
     let mut files = BTreeMap::new();
     for (name, path) in &spec.outputs {
+        let layout = spec.output_layout(name);
         let t = typed.types.get(name).ok_or_else(|| format!("output `{name}`: not an output of the plan"))?;
         if npy::layout_shape(layout, &t.rel.frontier, &t.rel.array_bounds).is_none() {
             return Err(format!(
@@ -260,14 +273,13 @@ fn run_typed<T: Elem>(spec: &JobSpec, comm: &Comm, token: u64) -> Result<Option<
     let run = run_process::<T>(&spec.plan, &inputs, comm, &cfg).map_err(|e| format!("error while running: {e}"))?;
     match run {
         None => Ok(None),
-        Some(run) => finish_outputs(spec, &typed, layout, run).map(Some),
+        Some(run) => finish_outputs(spec, &typed, run).map(Some),
     }
 }
 
 fn finish_outputs<T: Elem>(
     spec: &JobSpec,
     typed: &tra_optimizer::check::TypedPlan,
-    layout: Layout,
     run: ClusterRun<T>,
 ) -> Result<JobReport, String> {
     use serde_json::json;
@@ -276,6 +288,7 @@ fn finish_outputs<T: Elem>(
     for (name, w) in &run.written {
         let t = &typed.types[name];
         let path = &spec.outputs[name];
+        let layout = spec.output_layout(name);
         let keys: u64 = t.rel.frontier.iter().map(|&f| u64::from(f)).product();
         let mut info = json!({
             "key_bounds": t.rel.frontier, "array_bounds": t.rel.array_bounds, "tuples": w.tuples,

@@ -1,0 +1,337 @@
+//! What `tra run`, `tra einsum` and `tra optimize` print: a few lines a
+//! person reads at a glance (the plan chosen, its cost, the time it took,
+//! the floats moved next to the prediction, where the outputs went, the
+//! warnings), or with `--format json` the full report machines parse.
+//!
+//! The summaries are drawn from the JSON reports themselves, so the two
+//! formats can never tell different stories.
+
+use serde_json::Value;
+use std::fmt::Write;
+
+/// What a command prints.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum ReportFormat {
+    /// A short summary for a person.
+    #[default]
+    Summary,
+    /// The full report as JSON (stable, for scripts).
+    Json,
+}
+
+/// `1234567` as `1,234,567`.
+pub fn grouped(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// A JSON count as `1,234,567`, or `?` when absent.
+fn count(v: &Value) -> String {
+    match v.as_u64() {
+        Some(n) => grouped(n),
+        None => v.as_f64().map(|f| format!("{f}")).unwrap_or_else(|| "?".into()),
+    }
+}
+
+/// Milliseconds, to a sensible precision.
+fn ms(v: &Value) -> String {
+    let Some(t) = v.as_f64() else { return "?".into() };
+    if t >= 10_000.0 {
+        format!("{:.1} s", t / 1e3)
+    } else if t >= 100.0 {
+        format!("{t:.0} ms")
+    } else {
+        format!("{t:.1} ms")
+    }
+}
+
+/// A float for a person: NaN and infinities as the report spells them.
+fn number(v: &Value) -> String {
+    match v {
+        Value::Number(n) => match n.as_f64() {
+            Some(f) if f.fract() == 0.0 && f.abs() < 1e15 => format!("{f:.0}"),
+            Some(f) => format!("{f:.6}"),
+            None => n.to_string(),
+        },
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// A list of integers as `(4, 4, 50, 50)`.
+fn shape(v: &Value) -> String {
+    let items: Vec<String> = v.as_array().map(|a| a.iter().map(|d| d.to_string()).collect()).unwrap_or_default();
+    format!("({})", items.join(", "))
+}
+
+/// The measured floats next to the prediction.
+fn floats_line(measured: &Value, predicted: &Value) -> String {
+    let verdict = match (measured.as_u64(), predicted.as_u64()) {
+        (Some(m), Some(p)) if m == p => "as predicted".to_string(),
+        (Some(_), Some(_)) => "DIFFERS from the prediction".to_string(),
+        _ => String::new(),
+    };
+    format!("network floats: {} measured, {} predicted ({verdict})", count(measured), count(predicted))
+}
+
+/// The warnings in one line (each was printed in full on standard error
+/// as it happened), or nothing.
+fn warnings(out: &mut String, v: &Value) {
+    let list: Vec<String> = v
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|w| format!("{} at {}", w["code"].as_str().unwrap_or("?"), w["at"].as_str().unwrap_or("?")))
+        .collect();
+    if !list.is_empty() {
+        let _ = writeln!(out, "warnings: {} ({}; the messages are above)", list.len(), list.join(", "));
+    }
+}
+
+/// One line per output of a `tra run` report: where it went and how, or
+/// its checksum when it was not written.
+fn outputs(out: &mut String, v: &Value) {
+    let Some(map) = v.as_object() else { return };
+    let _ = writeln!(out, "outputs:");
+    for (name, o) in map {
+        let relation = format!("key bounds {} × blocks {}", shape(&o["key_bounds"]), shape(&o["array_bounds"]));
+        match o["path"].as_str() {
+            Some(path) => {
+                let layout = o["layout"].as_str().unwrap_or("?");
+                let mut line = format!("  {name} → {path}  {layout} {}", shape(&o["shape"]));
+                if layout == "relation" {
+                    let _ = write!(line, " ({relation})");
+                }
+                if let Some(z) = o["zero_filled_keys"].as_u64() {
+                    let _ = write!(line, ", {} missing blocks written as zeros", grouped(z));
+                }
+                let _ = writeln!(out, "{line}");
+            }
+            None => {
+                let _ = writeln!(
+                    out,
+                    "  {name}: not written (--output {name}=FILE.npy writes it); {relation}, sum {}",
+                    number(&o["checksum"]["sum"])
+                );
+            }
+        }
+    }
+}
+
+/// The summary of a `tra run` report (threads or cluster).
+pub fn run_summary(v: &Value) -> String {
+    let mut out = String::new();
+    let cluster = v["runtime"] == "cluster";
+    let place = if cluster {
+        let hosts = if v["hosts"].is_null() { "local processes".to_string() } else { "the hosts' workers".to_string() };
+        format!(
+            "{} sites ({} processes × {} workers, {hosts})",
+            count(&v["sites"]),
+            count(&v["processes"]),
+            count(&v["workers_per_process"])
+        )
+    } else {
+        format!("{} sites ({} threads)", count(&v["sites"]), count(&v["threads"]))
+    };
+    let _ = writeln!(
+        out,
+        "ran {} on {place}, {}",
+        v["program"].as_str().unwrap_or("?"),
+        v["dtype"].as_str().unwrap_or("?")
+    );
+    let plan = v["strategy"].as_str().unwrap_or("the optimizer's plan");
+    let _ = writeln!(out, "plan: {plan}");
+    if cluster && !v["chosen_strategy"].is_null() && v["chosen_strategy"] != v["strategy"] {
+        let _ = writeln!(out, "      (the optimizer's choice was: {})", v["chosen_strategy"].as_str().unwrap_or("?"));
+    }
+    if let Some(flops) = v["flops_predicted"].as_u64() {
+        let _ = writeln!(
+            out,
+            "predicted cost: {} network floats, {} flops",
+            count(&v["network_floats_predicted"]),
+            grouped(flops)
+        );
+    }
+    let _ = writeln!(out, "{}", floats_line(&v["network_floats_measured"], &v["network_floats_predicted"]));
+    let t = &v["timings_ms"];
+    let phases: Vec<String> = ["optimize", "job", "load", "run", "write"]
+        .iter()
+        .filter(|p| !t[**p].is_null())
+        .map(|p| format!("{p} {}", ms(&t[*p])))
+        .collect();
+    let _ = writeln!(out, "time: {} ({})", ms(&t["total"]), phases.join(", "));
+    outputs(&mut out, &v["outputs"]);
+    warnings(&mut out, &v["warnings"]);
+    let _ = write!(out, "(--format json: the full report, with every operator's time and floats)");
+    out
+}
+
+/// A small dense result as numpy would print it (nested lists), if it has
+/// few enough values to read.
+fn small_data(v: &Value) -> Option<String> {
+    fn len(v: &Value) -> usize {
+        match v {
+            Value::Array(a) => a.iter().map(len).sum(),
+            _ => 1,
+        }
+    }
+    fn show(v: &Value) -> String {
+        match v {
+            Value::Array(a) => format!("[{}]", a.iter().map(show).collect::<Vec<_>>().join(", ")),
+            other => number(other),
+        }
+    }
+    (!v.is_null() && len(v) <= 64).then(|| show(v))
+}
+
+/// The summary of a `tra einsum` report.
+pub fn einsum_summary(v: &Value) -> String {
+    let mut out = String::new();
+    let o = &v["output"];
+    let _ = writeln!(
+        out,
+        "einsum {} on {} sites (block {}, {} executor)",
+        v["expression"].as_str().unwrap_or("?"),
+        count(&v["sites"]),
+        count(&v["block"]),
+        v["executor"].as_str().unwrap_or("?")
+    );
+    let _ = writeln!(out, "plan: {}", v["strategy"].as_str().unwrap_or("the optimizer's plan"));
+    let _ = writeln!(
+        out,
+        "predicted cost: {} network floats, {} flops",
+        count(&v["cost"]["network_floats"]),
+        count(&v["cost"]["flops"])
+    );
+    let _ = writeln!(out, "{}", floats_line(&v["network_floats_measured"], &v["network_floats_predicted"]));
+    let t = &v["timings_ms"];
+    let phases: Vec<String> =
+        ["compile", "optimize", "load", "run"].iter().map(|p| format!("{p} {}", ms(&t[*p]))).collect();
+    let _ = writeln!(out, "time: {} ({})", ms(&t["total"]), phases.join(", "));
+    let name = o["name"].as_str().unwrap_or("out");
+    match o["path"].as_str() {
+        Some(path) => {
+            let _ = writeln!(out, "output: {name} → {path}  dense {} float64", shape(&o["shape"]));
+        }
+        None => {
+            let _ = writeln!(
+                out,
+                "output: {name} {}, sum {} (--output {name}=FILE.npy writes it)",
+                shape(&o["shape"]),
+                number(&o["checksum"]["sum"])
+            );
+            if let Some(data) = small_data(&o["data"]) {
+                let _ = writeln!(out, "  {data}");
+            }
+        }
+    }
+    if let Some(p) = v["padding"].as_str().filter(|p| !p.is_empty() && !p.contains("no padding")) {
+        let _ = writeln!(out, "padding: {p}");
+    }
+    warnings(&mut out, &v["warnings"]);
+    let _ = write!(out, "(--format json: the full report, with the contraction order and the plan)");
+    out
+}
+
+/// The summary of a `tra optimize` answer (its JSON) for `sites` sites.
+pub fn optimize_summary(v: &Value, sites: usize) -> String {
+    let mut out = String::new();
+    let alts = v["alternatives"].as_array().cloned().unwrap_or_default();
+    let chosen = alts.first().and_then(|a| a["label"].as_str()).unwrap_or("the only plan");
+    let c = &v["cost"];
+    let _ = writeln!(out, "plan: {chosen}");
+    let mut line =
+        format!("cost: {} network floats, {} flops on {sites} sites", count(&c["network_floats"]), count(&c["flops"]));
+    if c["total"].as_f64() != c["network_floats"].as_f64() {
+        let _ = write!(line, " (weighted total {})", number(&c["total"]));
+    }
+    let _ = writeln!(out, "{line}");
+    let nodes = v["plan"]["nodes"].as_object().map_or(0, |n| n.len());
+    let _ = writeln!(out, "plan size: {nodes} operators (--format text prints it with each operator's cost)");
+    if alts.len() > 1 {
+        let best = alts[0]["cost"]["total"].as_f64().unwrap_or(0.0);
+        let _ = writeln!(out, "alternatives, cheapest first:");
+        for a in &alts {
+            let total = a["cost"]["total"].as_f64().unwrap_or(0.0);
+            let ratio = if best > 0.0 { format!("{:.2}×", total / best) } else { "—".into() };
+            let _ = writeln!(
+                out,
+                "  {:>7}  {:>16} floats  {}",
+                ratio,
+                count(&a["cost"]["network_floats"]),
+                a["label"].as_str().unwrap_or("?")
+            );
+        }
+    }
+    let rules: Vec<&str> = v["rules_applied"].as_array().into_iter().flatten().filter_map(|r| r.as_str()).collect();
+    if !rules.is_empty() {
+        let _ = writeln!(out, "rules applied: {}", rules.join(", "));
+    }
+    let st = &v["stats"];
+    let _ = writeln!(
+        out,
+        "optimized in {} ({} e-nodes, {} iterations, {})",
+        ms(&st["optimize_ms"]),
+        count(&st["egraph_nodes"]),
+        count(&st["iterations"]),
+        st["stop_reason"].as_str().unwrap_or("?")
+    );
+    warnings(&mut out, &v["warnings"]);
+    let _ = write!(out, "(--format json: the full answer with every plan; --format dot: Graphviz)");
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn groups_thousands() {
+        assert_eq!(grouped(0), "0");
+        assert_eq!(grouped(999), "999");
+        assert_eq!(grouped(1000), "1,000");
+        assert_eq!(grouped(64_000_000), "64,000,000");
+    }
+
+    #[test]
+    fn a_cluster_run_summary_names_the_plan_outputs_and_warnings() {
+        let report = serde_json::json!({
+            "program": "p.json", "runtime": "cluster", "processes": 2, "workers_per_process": 2, "hosts": null,
+            "sites": 4, "dtype": "f32", "strategy": "CMM — shuffle X by k, Y by k", "chosen_strategy": "BMM — broadcast X",
+            "network_floats_measured": 1200, "network_floats_predicted": 1200,
+            "timings_ms": {"optimize": 3.0, "job": 40.0, "load": 1.0, "run": 30.0, "write": 2.0, "total": 45.5},
+            "outputs": {
+                "S": {"key_bounds": [4], "array_bounds": [50, 50], "path": "s.npy", "layout": "relation",
+                      "shape": [4, 50, 50], "zero_filled_keys": 1, "checksum": {"sum": 1.5}},
+                "Z": {"key_bounds": [4, 4], "array_bounds": [50, 50], "checksum": {"sum": "NaN"}}
+            },
+            "warnings": [{"code": "rule_failed", "rule": "R1-4", "at": "D", "message": "…"}]
+        });
+        let text = run_summary(&report);
+        for want in [
+            "ran p.json on 4 sites (2 processes × 2 workers, local processes), f32",
+            "plan: CMM — shuffle X by k, Y by k",
+            "(the optimizer's choice was: BMM — broadcast X)",
+            "network floats: 1,200 measured, 1,200 predicted (as predicted)",
+            "time: 45.5 ms (optimize 3.0 ms, job 40.0 ms, load 1.0 ms, run 30.0 ms, write 2.0 ms)",
+            "S → s.npy  relation (4, 50, 50) (key bounds (4) × blocks (50, 50)), 1 missing blocks written as zeros",
+            "Z: not written (--output Z=FILE.npy writes it); key bounds (4, 4) × blocks (50, 50), sum NaN",
+            "warnings: 1 (rule_failed at D;",
+        ] {
+            assert!(text.contains(want), "missing {want:?} in\n{text}");
+        }
+    }
+
+    #[test]
+    fn floats_that_differ_are_called_out() {
+        assert!(floats_line(&1.into(), &2.into()).contains("DIFFERS"));
+        assert!(floats_line(&2.into(), &2.into()).contains("as predicted"));
+    }
+}
