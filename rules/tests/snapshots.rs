@@ -28,7 +28,8 @@ fn once(rule: &str, before: &str) -> String {
     let mut eg = graph();
     let root = eg.add_expr(&expr);
     let rewrites = tra_rules::by_name(rule).unwrap_or_else(|| panic!("no rule {rule}")).rewrites;
-    let runner = Runner::new(eg.analysis.clone()).with_egraph(eg).with_iter_limit(1).run(&rewrites);
+    let runner: Runner<Ia, TraAnalysis> =
+        Runner::new(eg.analysis.clone()).with_egraph(eg).with_iter_limit(1).run(&rewrites);
     let eg = runner.egraph;
     let root = eg.find(root);
     let extractor = Extractor::new(&eg, AstSize);
