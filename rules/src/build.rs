@@ -296,11 +296,19 @@ impl std::fmt::Debug for Cond {
 type BindFn = dyn Fn(&TraEGraph, Id, &Subst) -> Option<Vec<Bound>> + Send + Sync;
 type ApplyFn = dyn Fn(&mut TraEGraph, Id, &Subst) -> Vec<(Id, Id)> + Send + Sync;
 
+/// A binder: the variables it binds, each with the text the equation shows
+/// for it, and the function computing their values.
+#[derive(Clone)]
+struct Binder {
+    shown: Vec<(Var, &'static str)>,
+    f: Arc<BindFn>,
+}
+
 #[derive(Clone)]
 enum Rhs {
     /// Patterns, each equal to the matched class; variables the left side
     /// does not bind come from the binder.
-    Patterns { pats: Vec<Pattern<Ia>>, bind: Option<(Vec<(Var, &'static str)>, Arc<BindFn>)> },
+    Patterns { pats: Vec<Pattern<Ia>>, bind: Option<Binder> },
     /// A closure building the pairs to union; `shown` is its equation's
     /// right-hand side.
     Apply { shown: &'static str, f: Arc<ApplyFn> },
@@ -393,7 +401,7 @@ impl Rw {
     ) -> Rw {
         let shown = vars.iter().map(|(v, t)| (var(v), *t)).collect();
         match &mut self.rhs {
-            Rhs::Patterns { bind, .. } => *bind = Some((shown, Arc::new(f))),
+            Rhs::Patterns { bind, .. } => *bind = Some(Binder { shown, f: Arc::new(f) }),
             Rhs::Apply { .. } => panic!("`bind` on a computed right-hand side"),
         }
         self
@@ -416,7 +424,7 @@ impl Rw {
     fn shown_rhs(&self) -> Vec<String> {
         match &self.rhs {
             Rhs::Patterns { pats, bind } => {
-                let subs: &[(Var, &'static str)] = bind.as_ref().map_or(&[], |(v, _)| v);
+                let subs: &[(Var, &'static str)] = bind.as_ref().map_or(&[], |b| &b.shown);
                 pats.iter().map(|p| show(p, subs)).collect()
             }
             Rhs::Apply { shown, .. } => vec![shown.to_string()],
@@ -463,9 +471,9 @@ impl Rw {
                         }
                         let s = match &bind {
                             None => s.clone(),
-                            Some((vars, f)) => {
-                                let Some(values) = f(eg, id, s) else { return vec![] };
-                                extend(eg, s, vars.iter().map(|(v, _)| *v).zip(values).collect())
+                            Some(b) => {
+                                let Some(values) = (b.f)(eg, id, s) else { return vec![] };
+                                extend(eg, s, b.shown.iter().map(|(v, _)| *v).zip(values).collect())
                             }
                         };
                         asts.iter().filter_map(|a| inst(eg, a, &s)).map(|r| (id, r)).collect()
