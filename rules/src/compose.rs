@@ -24,7 +24,7 @@ pub fn rules() -> Vec<RuleDef> {
     vec![r1_1(), r1_2(), r1_3(), r1_4(), r1_5(), r1_6(), r1_7(), map_identity()]
 }
 
-/// `R1-1`: `(lfilter ?p1 (lfilter ?p2 ?x)) = (lfilter p1∧p2 ?x)`.
+/// `R1-1`: two local filters are one filter of the conjunction.
 ///
 /// No condition: both keep exactly the tuples satisfying both predicates, on
 /// the site where they are. Conjunction is idempotent (`p ∧ p` is `p`), so
@@ -60,7 +60,7 @@ fn kernel_or_id(eg: &TraEGraph, id: egg::Id) -> Option<Option<KernelRef>> {
     kernel(eg, id).map(|k| Some(k.clone()))
 }
 
-/// `R1-2`: `(lmap ?f1 ?k1 (lmap ?f2 ?k2 ?x)) = (lmap f1∘f2 k1∘k2 ?x)`.
+/// `R1-2`: two local maps are one, with composed key map and kernel.
 ///
 /// Condition: the key maps compose into one key expression
 /// (`KeyFn::compose` gives one; an identity side is dropped), and neither
@@ -128,8 +128,8 @@ pub fn r1_2() -> RuleDef {
         .build()
 }
 
-/// `R1-3`: `(lfilter ?p (lmap ?f ?k ?x)) = (lmap ?f ?k (lfilter ?p ?x))`, the
-/// direction that filters first.
+/// `R1-3`: a local filter moved under a local map (the direction that
+/// filters first).
 ///
 /// Condition: the key map `f` is the identity (`id`, or `[k0, …]`), so the
 /// predicate reads the same key before and after the map; the filter then
@@ -144,8 +144,7 @@ pub fn r1_3() -> RuleDef {
         .build()
 }
 
-/// `R1-4`: `(lmap id ?m (lagg ?g ?agg ?x)) = (lagg ?g ?agg (lmap id ?m ?x))`,
-/// both directions.
+/// `R1-4`: a local map moved across a local aggregation, both directions.
 ///
 /// Condition: `m` distributes over `agg` (`m(agg(a, b)) = agg(m(a), m(b))`,
 /// from the kernel catalog), and the key map is the identity. Then, per site
@@ -177,8 +176,8 @@ pub fn r1_4() -> RuleDef {
         .build()
 }
 
-/// `R1-5`: `(lfilter ?p (lagg ?g ?k ?x)) = (lagg ?g ?k (lfilter p' ?x))`,
-/// `p'` = `p` with output dim `i` renamed to group dim `g[i]`.
+/// `R1-5`: a filter over a local aggregation moved under it, output dim `i`
+/// renamed to group dim `g[i]`.
 ///
 /// Condition: the predicate reads only the aggregation's output key (always
 /// true: that is all it can read), so it keeps or drops whole groups, and
@@ -278,8 +277,8 @@ pub fn r1_6() -> RuleDef {
         .build()
 }
 
-/// `R1-7`: `(lmap ?f ?m (ljoin ?jl ?jr ?k ?a ?b)) = (lmap ?f id (ljoin ?jl ?jr compose(m,k) ?a ?b))`
-/// (just the join when `f` is the identity).
+/// `R1-7`: a map's kernel moved into the join below it (the key map stays
+/// outside; just the join when it is the identity).
 ///
 /// Condition: `m` is a kernel giving one block per call (a multi-block kernel
 /// is paired with its key map's keys and cannot move into the join). Applying
@@ -327,8 +326,8 @@ pub fn r1_7() -> RuleDef {
         .build()
 }
 
-/// `map-identity`: `(lmap ?f id ?x) = ?x` when `f` is the identity (`id` or
-/// `[k0, …]`).
+/// `map-identity`: a local map with an identity key map (`id` or `[k0, …]`)
+/// and no kernel is its input.
 ///
 /// A P-level identity, exact: the map changes neither keys nor blocks, on
 /// any site.

@@ -10,6 +10,11 @@
 //! errors and bookkeeping name the rule. See `README.md` for the policy and
 //! the list.
 //!
+//! Each family file is a table: one function per rule whose body is one
+//! [`build::Rule`] entry (name, [`Family`], why, patterns, named conditions
+//! from [`cond`]); the equation and condition `tra rules` shows are derived
+//! from the entry, and [`table`] renders the list that `README.md` holds.
+//!
 //! A rule is registered by its NAME ([`RuleDef::name`]); it may be made of
 //! several egg rewrites, whose names (`R2-6/from-bcast-left`, …) are unique.
 #![warn(missing_docs)]

@@ -26,10 +26,8 @@ pub fn rules() -> Vec<RuleDef> {
     vec![matmul_bmm(), matmul_cmm(), matmul_rmm()]
 }
 
-/// `matmul-bmm`: broadcast matrix multiplication, both ways:
-/// `aggregate([0,2],matAdd, join([1],[0],matMul, X, Y))` =
-/// `(erase (lagg [0,2] matAdd (ljoin [1] [0] matMul (broadcast X) (shuffle [1] Y))))` =
-/// `(erase (lagg [0,2] matAdd (ljoin [1] [0] matMul (shuffle [0] X) (broadcast Y))))`.
+/// `matmul-bmm`: broadcast matrix multiplication, both ways (`X` broadcast
+/// and `Y` shuffled on its column blocks, or the mirror).
 ///
 /// The join's output is hashed on an output dim in `[0,2]` (`k` from `Y`, or
 /// `i` from `X`), so the aggregation is complete without another shuffle.

@@ -24,7 +24,7 @@ pub fn rules() -> Vec<RuleDef> {
     vec![r2_1(), r2_2(), r2_3(), r2_4(), agg_subset(), r2_5(), r2_6(), r2_7(), r2_7b()]
 }
 
-/// `R2-1`: `(erase (shuffle ?d ?x)) = ?x` and `(erase (broadcast ?x)) = ?x`.
+/// `R2-1`: a re-partition, erased, is its operand.
 ///
 /// No condition: a re-partition moves tuples, it does not change the relation
 /// up to site (erase has set semantics: a replicated tuple counts once; a
@@ -41,8 +41,7 @@ pub fn r2_1() -> RuleDef {
         .build()
 }
 
-/// `R2-2`: `(lfilter ?p (shuffle ?d (erase ?x))) = (shuffle ?d (erase (lfilter ?p ?x)))`,
-/// and the same with `broadcast`: filter before re-partitioning.
+/// `R2-2`: filter before re-partitioning (shuffle or broadcast).
 ///
 /// No condition: a tuple's site depends on its key only, and a filter keeps
 /// keys; filtering first moves fewer tuples. The inner filter needs `x`
@@ -151,8 +150,9 @@ fn proper_subsets(g: &[usize]) -> Vec<Vec<usize>> {
     (1..(1usize << n) - 1).map(|mask| (0..n).filter(|i| mask & (1 << i) != 0).map(|i| g[i]).collect()).collect()
 }
 
-/// `agg-subset`: `(erase (lagg ?g ?k (shuffle ?g ?x))) = (erase (lagg ?g ?k (shuffle d ?x)))`
-/// for every non-empty `d ⊆ g` (in `g`'s order; only singletons when `|g| > 4`).
+/// `agg-subset`: an aggregation's shuffle on its group dims `g` may hash on
+/// any non-empty `d ⊆ g` instead (in `g`'s order; only singletons when
+/// `|g| > 4`).
 ///
 /// Condition: `∅ ≠ d ⊆ g`. Hashing on a subset of the group keys still puts
 /// each group on one site, so the local aggregation is complete; shuffle dims
@@ -242,8 +242,8 @@ pub fn r2_6() -> RuleDef {
         .build()
 }
 
-/// `R2-7`: `(shuffle ?p (erase (ljoin ?jl ?jr ?k ?r ?s))) =
-/// (ljoin ?jl ?jr ?k (shuffle p (erase ?r)) (shuffle p_r (erase ?s)))`.
+/// `R2-7`: a shuffle of a join's output on left join dims is a join of
+/// operands shuffled on matching join dims.
 ///
 /// Condition: every dim of `p` is a left join dim (output position `jl[i]`);
 /// `p_r` names the matching right join dims `jr[i]`. Then the operands are
