@@ -45,6 +45,7 @@ fn once(rule: &str, before: &str) -> String {
             }
         })
         .collect();
+    assert!(members.len() > 1, "{rule} did not fire on {before}");
     members.sort();
     format!("{rule}\nbefore: {before}\nafter:\n  {}\n", members.join("\n  "))
 }
@@ -54,7 +55,11 @@ fn lowering() {
     let text = [
         once("lower-aggregate", "(aggregate [0] kernel:matAdd (erase (input X)))"),
         once("lower-join", "(join [1] [0] kernel:matMul (erase (input X)) (erase (input Y)))"),
+        once("lower-rekey", "(rekey key:[k1,k0] (erase (input X)))"),
         once("lower-filter", "(filter pred:k0==k1 (erase (input X)))"),
+        once("lower-transform", "(transform kernel:relu (erase (input X)))"),
+        once("lower-tile", "(tile [1,1] (erase (input X)))"),
+        once("lower-concat", "(concat [1,1] (erase (input X)))"),
     ];
     insta::assert_snapshot!(text.join("\n"));
 }
@@ -63,7 +68,15 @@ fn lowering() {
 fn compose() {
     let text = [
         once("R1-1", "(lfilter pred:k0==k1 (lfilter pred:k0<2 (input X)))"),
+        once("R1-2", "(lmap key:[k1,k0] id (lmap id kernel:relu (input X)))"),
         once("R1-3", "(lfilter pred:k0==k1 (lmap id kernel:relu (input X)))"),
+        once("R1-4", "(lmap id kernel:relu (lagg [0] kernel:max (input X)))"),
+        once("R1-5", "(lfilter pred:k0<2 (lagg [0] kernel:matAdd (input X)))"),
+        once(
+            "R1-6",
+            "(lfilter pred:k0==k1 (ljoin [0,1] [0,1] kernel:matAdd (input X) (shuffle [0] (erase (input Y)))))",
+        ),
+        once("R1-7", "(lmap id kernel:relu (ljoin [1] [0] kernel:matMul (broadcast (erase (input X))) (input Y)))"),
         once("map-identity", "(lmap key:[k0,k1] id (input X))"),
     ];
     insta::assert_snapshot!(text.join("\n"));
@@ -73,23 +86,33 @@ fn compose() {
 fn repartition() {
     let text = [
         once("R2-1", "(erase (shuffle [1] (erase (input X))))"),
+        once("R2-2", "(lfilter pred:k0<2 (shuffle [1] (erase (input X))))"),
+        once("R2-3", "(broadcast (erase (lmap id kernel:relu (input X))))"),
         once("R2-4", "(shuffle [0] (erase (input X)))"),
+        once("agg-subset", "(erase (lagg [0,1] kernel:matAdd (shuffle [0,1] (erase (input X)))))"),
+        once("R2-5", "(erase (lagg [1] kernel:matAdd (shuffle [1] (erase (input X)))))"),
         once("R2-6", "(erase (ljoin [1] [0] kernel:matMul (broadcast (erase (input X))) (input Y)))"),
+        once("R2-7", "(shuffle [1] (erase (ljoin [1] [0] kernel:matMul (broadcast (erase (input X))) (input Y))))"),
+        once("R2-7b", "(shuffle [2] (erase (ljoin [1] [0] kernel:matMul (broadcast (erase (input X))) (input Y))))"),
     ];
     insta::assert_snapshot!(text.join("\n"));
 }
 
 #[test]
 fn matmul() {
-    let text = [
-        once(
-            "matmul-bmm",
-            "(aggregate [0,2] kernel:matAdd (join [1] [0] kernel:matMul (erase (input X)) (erase (input Y))))",
-        ),
-        once(
-            "matmul-cmm",
-            "(aggregate [0,2] kernel:matAdd (join [1] [0] kernel:matMul (erase (input X)) (erase (input Y))))",
-        ),
-    ];
+    const XY: &str = "(aggregate [0,2] kernel:matAdd (join [1] [0] kernel:matMul (erase (input X)) (erase (input Y))))";
+    let text = [once("matmul-bmm", XY), once("matmul-cmm", XY), once("matmul-rmm", XY)];
     insta::assert_snapshot!(text.join("\n"));
+}
+
+#[test]
+fn every_rule_has_a_snapshot() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/snapshots");
+    let mut shown = std::collections::HashSet::new();
+    for entry in std::fs::read_dir(&dir).expect("rules/tests/snapshots") {
+        let text = std::fs::read_to_string(entry.expect("an entry").path()).expect("a snapshot");
+        shown.extend(text.lines().map(str::to_string));
+    }
+    let missing: Vec<&str> = tra_rules::names().into_iter().filter(|n| !shown.contains(*n)).collect();
+    assert!(missing.is_empty(), "rules without a before/after snapshot in rules/tests/snapshots.rs: {missing:?}");
 }
