@@ -329,18 +329,22 @@ pub struct Rw {
 
 /// A rewrite `lhs = rhs` (patterns).
 pub fn rw(lhs: &str, rhs: &str) -> Rw {
-    Rw {
-        variant: None,
-        lhs: pat(lhs),
-        rhs: Rhs::Patterns { pats: vec![pat(rhs)], bind: None },
-        when: Vec::new(),
-        computed_condition: None,
-        listed: true,
-        both_ways: false,
-    }
+    Rw::new(lhs, Rhs::Patterns { pats: vec![pat(rhs)], bind: None })
 }
 
 impl Rw {
+    fn new(lhs: &str, rhs: Rhs) -> Rw {
+        Rw {
+            variant: None,
+            lhs: pat(lhs),
+            rhs,
+            when: Vec::new(),
+            computed_condition: None,
+            listed: true,
+            both_ways: false,
+        }
+    }
+
     /// A rewrite whose right-hand sides are built by `f` (each equal to the
     /// matched class); `shown` is the right-hand side written in the
     /// equation. `f` checks what the named conditions cannot, and gives
@@ -360,7 +364,7 @@ impl Rw {
         shown: &'static str,
         f: impl Fn(&mut TraEGraph, Id, &Subst) -> Vec<(Id, Id)> + Send + Sync + 'static,
     ) -> Rw {
-        Rw { rhs: Rhs::Apply { shown, f: Arc::new(f) }, ..rw(lhs, "?unused") }
+        Rw::new(lhs, Rhs::Apply { shown, f: Arc::new(f) })
     }
 
     /// Also equal to `rhs` (another pattern, built for the same match).
