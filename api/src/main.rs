@@ -35,6 +35,15 @@ enum OptimizeFormat {
     Dot,
 }
 
+/// How `tra rules` prints the rule list.
+#[derive(Clone, Copy, ValueEnum, PartialEq)]
+enum RulesFormat {
+    Json,
+    Text,
+    /// The markdown table (`rules/README.md` holds it).
+    Md,
+}
+
 #[derive(Subcommand)]
 enum Command {
     /// Check a program: print each node's type, frontier and size, or the errors.
@@ -132,11 +141,11 @@ enum Command {
         #[arg(long, value_enum, default_value = "summary")]
         format: ReportFormat,
     },
-    /// List every rewrite rule with its name, equation and condition.
+    /// List every rewrite rule with its name, equation, condition and why it is sound.
     Rules {
-        /// Output format.
+        /// Output format (`md`: the table of `rules/README.md`).
         #[arg(long, value_enum, default_value = "text")]
-        format: Format,
+        format: RulesFormat,
     },
 }
 
@@ -362,18 +371,25 @@ fn to_dot(plan: &tra_optimizer::Plan, report: &indexmap::IndexMap<String, tra_op
     s
 }
 
-fn rules_cmd(format: Format) -> Result<(), String> {
+fn rules_cmd(format: RulesFormat) -> Result<(), String> {
     let rules = tra_rules::all();
-    if format == Format::Json {
-        let rows: Vec<serde_json::Value> = rules
-            .iter()
-            .map(|r| serde_json::json!({"name": r.name, "family": r.family, "equation": r.equation, "condition": r.condition}))
-            .collect();
-        println!("{}", serde_json::to_string_pretty(&rows).unwrap());
-    } else {
-        for r in &rules {
-            println!("{} ({})\n  {}\n  if: {}\n", r.name, r.family, r.equation, r.condition);
+    match format {
+        RulesFormat::Json => {
+            let rows: Vec<serde_json::Value> = rules
+                .iter()
+                .map(|r| {
+                    serde_json::json!({"name": r.name, "family": r.family, "equation": r.equation,
+                        "condition": r.condition, "why": r.why})
+                })
+                .collect();
+            println!("{}", serde_json::to_string_pretty(&rows).unwrap());
         }
+        RulesFormat::Text => {
+            for r in &rules {
+                println!("{} ({})\n  {}\n  if: {}\n  why: {}\n", r.name, r.family, r.equation, r.condition, r.why);
+            }
+        }
+        RulesFormat::Md => print!("{}", tra_rules::table::markdown(&rules)),
     }
     Ok(())
 }

@@ -74,6 +74,15 @@ fn rules_lists_every_rule() {
 }
 
 #[test]
+fn rules_md_is_the_readme_table() {
+    // rules/README.md holds this table; tra-rules' `readme` test keeps it current.
+    let (ok, out, _) = tra(&["rules", "--format", "md"]);
+    assert!(ok);
+    assert_eq!(out, tra_rules::markdown());
+    assert!(out.contains("| `R2-6` |") && out.contains("### R1: lambda composition"), "{out}");
+}
+
+#[test]
 fn errors_are_clear_and_exit_nonzero() {
     let (ok, _, err) = tra(&["check", "no/such/file.json"]);
     assert!(!ok && err.contains("cannot read no/such/file.json"), "{err}");

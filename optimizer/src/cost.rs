@@ -123,10 +123,7 @@ pub fn op_cost(op: OpShape<'_>, sites: usize) -> (u64, u64) {
 }
 
 fn kernel_of(eg: &TraEGraph, id: Id) -> Option<&KernelRef> {
-    match eg[id].data.param() {
-        Some(Param::Kernel(k)) => Some(k),
-        _ => None,
-    }
+    crate::egraph::nodes::leaf(eg, id).and_then(Param::as_kernel).ok()
 }
 
 /// The cost of one e-node, or `None` if it is not executable (a TRA operator).

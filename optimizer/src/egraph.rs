@@ -24,7 +24,7 @@
 use crate::error::ErrorCode;
 use crate::kernel::KernelRef;
 use crate::keyexpr::{KeyFn, Predicate};
-use crate::program::{IaOp, InputDecl, Plan, Program, TraOp};
+use crate::program::{IaOp, InputDecl, Plan, Program};
 use crate::types::{self, PhysType, Placement, RelType, TypeError};
 use egg::{Analysis, DidMerge, EGraph, Id, Language, RecExpr};
 use indexmap::IndexMap;
@@ -126,6 +126,9 @@ mod lang {
     }
 }
 pub use lang::Ia;
+
+pub mod nodes;
+pub use nodes::{LeafError, NodeError};
 
 /// The type of an L class: a relation up to site.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -452,43 +455,26 @@ fn check_class_values(eg: &mut TraEGraph, id: Id) {
 /// The e-graph type of tra.
 pub type TraEGraph = EGraph<Ia, TraAnalysis>;
 
-fn param(eg: &TraEGraph, id: Id) -> &Param {
-    eg[id]
-        .data
-        .param()
-        .unwrap_or_else(|| panic!("rule {}: expected a parameter leaf, found {:?}", current_rule(), eg[id].data))
+/// Read a parameter leaf as the kind `as_kind` gives, or panic naming the rule
+/// that built the node (typing a node whose parameter is of the wrong kind is a
+/// bug of that rule).
+fn read<'a, T>(eg: &'a TraEGraph, id: Id, as_kind: impl FnOnce(&'a Param) -> Result<T, LeafError>) -> T {
+    nodes::leaf(eg, id).and_then(as_kind).unwrap_or_else(|e| panic!("rule {}: {e}", current_rule()))
 }
 fn dims(eg: &TraEGraph, id: Id) -> &[usize] {
-    match param(eg, id) {
-        Param::Dims(d) => d,
-        p => panic!("rule {}: expected dims, found {p}", current_rule()),
-    }
+    read(eg, id, Param::as_dims)
 }
 fn kernel(eg: &TraEGraph, id: Id) -> &KernelRef {
-    match param(eg, id) {
-        Param::Kernel(k) => k,
-        p => panic!("rule {}: expected a kernel, found {p}", current_rule()),
-    }
+    read(eg, id, Param::as_kernel)
 }
 fn opt_kernel(eg: &TraEGraph, id: Id) -> Option<&KernelRef> {
-    match param(eg, id) {
-        Param::Kernel(k) => Some(k),
-        Param::Id => None,
-        p => panic!("rule {}: expected a kernel or id, found {p}", current_rule()),
-    }
+    read(eg, id, Param::as_kernel_or_id)
 }
 fn opt_key(eg: &TraEGraph, id: Id) -> Option<&KeyFn> {
-    match param(eg, id) {
-        Param::Key(k) => Some(k),
-        Param::Id => None,
-        p => panic!("rule {}: expected a key expression or id, found {p}", current_rule()),
-    }
+    read(eg, id, Param::as_key_or_id)
 }
 fn pred(eg: &TraEGraph, id: Id) -> &Predicate {
-    match param(eg, id) {
-        Param::Pred(p) => p,
-        p => panic!("rule {}: expected a predicate, found {p}", current_rule()),
-    }
+    read(eg, id, Param::as_pred)
 }
 fn p_of(eg: &TraEGraph, id: Id) -> &PhysType {
     eg[id]
@@ -541,10 +527,7 @@ pub fn type_node(eg: &TraEGraph, node: &Ia) -> Result<ClassData, TypeError> {
         }
         Ia::Erase(p) => ClassData::L(LogicalType::of(p_of(eg, *p))),
         Ia::Input(n) => {
-            let name = match param(eg, *n) {
-                Param::Name(n) => n,
-                p => panic!("rule {}: input names a non-name {p}", current_rule()),
-            };
+            let name = read(eg, *n, Param::as_name);
             let decl = eg.analysis.inputs.get(name).ok_or_else(|| TypeError {
                 code: ErrorCode::UnknownInput,
                 field: None,
@@ -678,34 +661,7 @@ pub fn add_program(eg: &mut TraEGraph, p: &Program, order: &[String]) -> IndexMa
     }
     for name in order {
         let op = &p.nodes[name];
-        let leaf = |eg: &mut TraEGraph, prm: Param| eg.add(Ia::Param(prm));
-        let node = match op {
-            TraOp::Join { left, right, left_keys, right_keys, kernel } => Ia::Join([
-                leaf(eg, Param::Dims(left_keys.clone())),
-                leaf(eg, Param::Dims(right_keys.clone())),
-                leaf(eg, Param::Kernel(kernel.clone())),
-                ids[left.as_str()],
-                ids[right.as_str()],
-            ]),
-            TraOp::Aggregate { input, group_by, kernel } => Ia::Aggregate([
-                leaf(eg, Param::Dims(group_by.clone())),
-                leaf(eg, Param::Kernel(kernel.clone())),
-                ids[input.as_str()],
-            ]),
-            TraOp::Rekey { input, key } => Ia::Rekey([leaf(eg, Param::Key(key.clone())), ids[input.as_str()]]),
-            TraOp::Filter { input, predicate } => {
-                Ia::Filter([leaf(eg, Param::Pred(predicate.clone())), ids[input.as_str()]])
-            }
-            TraOp::Transform { input, kernel } => {
-                Ia::Transform([leaf(eg, Param::Kernel(kernel.clone())), ids[input.as_str()]])
-            }
-            TraOp::Tile { input, dim, size } => {
-                Ia::Tile([leaf(eg, Param::Dims(vec![*dim, *size])), ids[input.as_str()]])
-            }
-            TraOp::Concat { input, key_dim, array_dim } => {
-                Ia::Concat([leaf(eg, Param::Dims(vec![*key_dim, *array_dim])), ids[input.as_str()]])
-            }
-        };
+        let node = nodes::tra_node(op, |prm| eg.add(Ia::Param(prm)), |operand| ids[operand]);
         let id = eg.add(node);
         ids.insert(name, id);
         eg.analysis.program_nodes.push((name.clone(), id));
@@ -755,25 +711,16 @@ impl ExtractedPlan {
         }
         let mut counter = 0usize;
         let prm = |id: Id| match &nodes_in[usize::from(id)] {
-            Ia::Param(p) => p.clone(),
-            n => panic!("expected a parameter, found {n}"),
-        };
-        let dims = |id: Id| match prm(id) {
-            Param::Dims(d) => d,
-            p => panic!("expected dims, found {p}"),
-        };
-        let kern = |id: Id| match prm(id) {
-            Param::Kernel(k) => k,
-            p => panic!("expected a kernel, found {p}"),
+            Ia::Param(p) => Ok(p),
+            n => Err(LeafError { expected: "a parameter", found: n.to_string() }),
         };
         for (i, node) in nodes_in.iter().enumerate() {
             let id = Id::from(i);
-            let name_of = |c: &Id, names: &HashMap<Id, String>| names[c].clone();
             let op = match node {
                 Ia::Param(_) => continue,
                 Ia::Input(n) => {
-                    if let Param::Name(nm) = prm(*n) {
-                        names.insert(id, nm);
+                    if let Ok(nm) = prm(*n).and_then(Param::as_name) {
+                        names.insert(id, nm.to_string());
                     }
                     continue;
                 }
@@ -782,37 +729,11 @@ impl ExtractedPlan {
                     names.insert(id, n);
                     continue;
                 }
-                Ia::Shuffle([d, x]) => IaOp::Shuffle { input: name_of(x, &names), dims: dims(*d) },
-                Ia::Broadcast(x) => IaOp::Broadcast { input: name_of(x, &names) },
-                Ia::LJoin([jl, jr, k, a, b]) => IaOp::LocalJoin {
-                    left: name_of(a, &names),
-                    right: name_of(b, &names),
-                    left_keys: dims(*jl),
-                    right_keys: dims(*jr),
-                    kernel: kern(*k),
-                },
-                Ia::LAgg([g, k, x]) => {
-                    IaOp::LocalAggregate { input: name_of(x, &names), group_by: dims(*g), kernel: kern(*k) }
+                node => {
+                    let operands: Vec<&str> = nodes::operands(node).iter().map(|c| names[c].as_str()).collect();
+                    // An extracted plan is built from P nodes the analysis typed.
+                    nodes::ia_op(node, prm, &operands).unwrap_or_else(|e| panic!("an extracted plan: {e}"))
                 }
-                Ia::LFilter([p, x]) => IaOp::LocalFilter {
-                    input: name_of(x, &names),
-                    predicate: match prm(*p) {
-                        Param::Pred(p) => p,
-                        p => panic!("expected a predicate, found {p}"),
-                    },
-                },
-                Ia::LMap([f, k, x]) => IaOp::LocalMap {
-                    input: name_of(x, &names),
-                    key: match prm(*f) {
-                        Param::Key(k) => Some(k),
-                        _ => None,
-                    },
-                    kernel: match prm(*k) {
-                        Param::Kernel(k) => Some(k),
-                        _ => None,
-                    },
-                },
-                other => panic!("a TRA operator ({other}) in an extracted plan"),
             };
             let name = names.get(&id).cloned().unwrap_or_else(|| loop {
                 let n = format!("n{counter}");

@@ -8,17 +8,97 @@ use egg::{Applier, Id, PatternAst, Rewrite, Subst, Symbol};
 /// A rewrite over tra's e-graph.
 pub type TraRewrite = Rewrite<Ia, TraAnalysis>;
 
-/// One named rule.
+/// When a family's rules run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Phase {
+    /// First, alone: every TRA operator gets an executable member before the
+    /// other rules grow the graph.
+    Lowering,
+    /// Then every rule together, to saturation.
+    Exploration,
+}
+
+/// A family of rules: the file it lives in, its title in the rule list, and
+/// the phase it runs in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Family {
+    /// Table 1 of the paper: each TRA operator lowered to IA.
+    Lowering,
+    /// R1, lambda composition (P level).
+    R1,
+    /// R2, re-partition.
+    R2,
+    /// The distributed-matmul plans (paper 004 §4.2).
+    Matmul,
+}
+
+impl Family {
+    /// Every family, in the order rules are listed.
+    pub const ALL: [Family; 4] = [Family::Lowering, Family::R1, Family::R2, Family::Matmul];
+
+    /// The short name (`lowering`, `R1`, `R2`, `matmul`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Family::Lowering => "lowering",
+            Family::R1 => "R1",
+            Family::R2 => "R2",
+            Family::Matmul => "matmul",
+        }
+    }
+
+    /// A heading for the family in the rule list.
+    pub fn title(self) -> &'static str {
+        match self {
+            Family::Lowering => "Lowering (Table 1; run first, alone)",
+            Family::R1 => "R1: lambda composition (P level)",
+            Family::R2 => "R2: re-partition",
+            Family::Matmul => "matmul (paper 004 §4.2)",
+        }
+    }
+
+    /// When its rules run.
+    pub fn phase(self) -> Phase {
+        match self {
+            Family::Lowering => Phase::Lowering,
+            _ => Phase::Exploration,
+        }
+    }
+}
+
+impl std::fmt::Display for Family {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl PartialEq<&str> for Family {
+    fn eq(&self, other: &&str) -> bool {
+        self.name() == *other
+    }
+}
+
+impl serde::Serialize for Family {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.name())
+    }
+}
+
+/// One named rule. Built by `tra_rules::build::Rule`, which derives the
+/// equation from the rule's patterns and the condition from its named
+/// predicates.
 pub struct RuleDef {
     /// The paper's name (`R2-6`, `lower-join`, `matmul-cmm`, …).
     pub name: &'static str,
-    /// The family (`lowering`, `R1`, `R2`, `matmul`, …): the file it lives in.
-    pub family: &'static str,
+    /// The family: the file it lives in, and its phase.
+    pub family: Family,
     /// The equation, in the two-sort form.
-    pub equation: &'static str,
-    /// When it applies, and why that condition is the sound one.
-    pub condition: &'static str,
-    /// True for the Table-1 lowering rules, which run first, alone.
+    pub equation: String,
+    /// When it applies.
+    pub condition: String,
+    /// Why it is sound (one line).
+    pub why: &'static str,
+    /// True for the Table-1 lowering rules, which run first, alone: the
+    /// family's phase is [`Phase::Lowering`].
     pub lowering: bool,
     /// The egg rewrites that implement it (directions, variants).
     pub rewrites: Vec<TraRewrite>,
@@ -28,6 +108,7 @@ impl std::fmt::Debug for RuleDef {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RuleDef")
             .field("name", &self.name)
+            .field("family", &self.family)
             .field("equation", &self.equation)
             .field("condition", &self.condition)
             .field("rewrites", &self.rewrites.len())

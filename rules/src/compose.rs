@@ -8,27 +8,23 @@
 //! map with an identity key map too, so both sides of every rule have the
 //! same placement by the same typing functions.
 
-use crate::support::{
-    complete_phys, dims, get, inst, is_id_leaf, is_identity_key, kernel, key, leaf, pat, pred, rewrite, Guard,
+use crate::build::{
+    complete_phys, dims, inst, is_id_leaf, is_identity_key, kernel, key, leaf, pat, pred, rw, vars, Bound, Family,
+    Rule, RuleDef, Rw,
 };
+use crate::cond::{distributes, identity_key, identity_key_on_groups, not_concat, reads_groups_only};
 use tra_optimizer::egraph::{Param, TraEGraph};
 use tra_optimizer::kernel::KernelRef;
 use tra_optimizer::keyexpr::KeyFn;
-use tra_optimizer::rule::{RuleDef, TraRewrite};
-use tra_optimizer::types;
 
-const FAMILY: &str = "R1";
-
-fn def(name: &'static str, equation: &'static str, condition: &'static str, rewrites: Vec<TraRewrite>) -> RuleDef {
-    RuleDef { name, family: FAMILY, equation, condition, lowering: false, rewrites }
-}
+const FAMILY: Family = Family::R1;
 
 /// Every R1 rule, and `map-identity`.
 pub fn rules() -> Vec<RuleDef> {
     vec![r1_1(), r1_2(), r1_3(), r1_4(), r1_5(), r1_6(), r1_7(), map_identity()]
 }
 
-/// `R1-1`: `(lfilter ?p1 (lfilter ?p2 ?x)) = (lfilter p1∧p2 ?x)`.
+/// `R1-1`: two local filters are one filter of the conjunction.
 ///
 /// No condition: both keep exactly the tuples satisfying both predicates, on
 /// the site where they are. Conjunction is idempotent (`p ∧ p` is `p`), so
@@ -39,19 +35,13 @@ pub fn rules() -> Vec<RuleDef> {
 /// Arity audit: no key map and no dim list; both predicates read the same
 /// keys (those of `x`, which a filter keeps).
 pub fn r1_1() -> RuleDef {
-    let rhs = pat("(lfilter ?c ?x)").ast;
-    def(
-        "R1-1",
-        "(lfilter ?p1 (lfilter ?p2 ?x)) = (lfilter p1&&p2 ?x)",
-        "none (conjunction is idempotent, so a filter under an equal filter collapses).",
-        vec![rewrite("R1-1", "R1-1", "(lfilter ?p1 (lfilter ?p2 ?x))", Guard::Strict, move |eg, _, s| {
-            let (Some(p1), Some(p2)) = (pred(eg, get(s, "?p1")), pred(eg, get(s, "?p2"))) else { return vec![] };
-            let c = p1.and(p2);
-            let mut s = s.clone();
-            s.insert(crate::support::var("?c"), leaf(eg, Param::Pred(c)));
-            inst(eg, &rhs, &s).into_iter().collect()
-        })],
-    )
+    let [p1, p2] = vars(["?p1", "?p2"]);
+    Rule::new("R1-1", FAMILY)
+        .why("both sides keep exactly the tuples satisfying both predicates, on their sites; `p && p` is `p`")
+        .rw(rw("(lfilter ?p1 (lfilter ?p2 ?x))", "(lfilter ?c ?x)").bind(&[("?c", "p1&&p2")], move |eg, _, s| {
+            Some(vec![Bound::Leaf(Param::Pred(pred(eg, s[p1])?.and(pred(eg, s[p2])?)))])
+        }))
+        .build()
 }
 
 /// A local map's key leaf, with identity key expressions read as `None`.
@@ -70,7 +60,7 @@ fn kernel_or_id(eg: &TraEGraph, id: egg::Id) -> Option<Option<KernelRef>> {
     kernel(eg, id).map(|k| Some(k.clone()))
 }
 
-/// `R1-2`: `(lmap ?f1 ?k1 (lmap ?f2 ?k2 ?x)) = (lmap f1∘f2 k1∘k2 ?x)`.
+/// `R1-2`: two local maps are one, with composed key map and kernel.
 ///
 /// Condition: the key maps compose into one key expression
 /// (`KeyFn::compose` gives one; an identity side is dropped), and neither
@@ -87,19 +77,19 @@ fn kernel_or_id(eg: &TraEGraph, id: egg::Id) -> Option<Option<KernelRef>> {
 /// relation's), and the composed map, which reads `x`, against `x`'s.
 pub fn r1_2() -> RuleDef {
     let rhs = pat("(lmap ?f ?k ?x)").ast;
-    def(
-        "R1-2",
-        "(lmap ?f1 ?k1 (lmap ?f2 ?k2 ?x)) = (lmap f1∘f2 k1∘k2 ?x)",
-        "the key maps compose into one key expression and neither kernel gives several blocks per call.",
-        vec![rewrite("R1-2", "R1-2", "(lmap ?f1 ?k1 (lmap ?f2 ?k2 ?x))", Guard::SkipMismatch, move |eg, _, s| {
-            let x = get(s, "?x");
+    let [x, f1v, f2v, k1v, k2v, fv, kv] = vars(["?x", "?f1", "?f2", "?k1", "?k2", "?f", "?k"]);
+    Rule::new("R1-2", FAMILY)
+        .why("two tuple-by-tuple maps on the same site are one map with the composed key map and kernel")
+        .skip_mismatch()
+        .rw(Rw::apply("(lmap ?f1 ?k1 (lmap ?f2 ?k2 ?x))", "(lmap f1∘f2 k1∘k2 ?x)", move |eg, _, s| {
+            let x = s[x];
             let Some(xt) = complete_phys(eg, x) else { return vec![] };
             let xa = xt.rel.key_arity();
             let xb = xt.rel.array_bounds.clone();
-            let Some(f2) = key_or_id(eg, get(s, "?f2"), xa) else { return vec![] };
+            let Some(f2) = key_or_id(eg, s[f2v], xa) else { return vec![] };
             let mid_arity = f2.as_ref().map_or(xa, |f| f.output_arity());
-            let Some(f1) = key_or_id(eg, get(s, "?f1"), mid_arity) else { return vec![] };
-            let (Some(k1), Some(k2)) = (kernel_or_id(eg, get(s, "?k1")), kernel_or_id(eg, get(s, "?k2"))) else {
+            let Some(f1) = key_or_id(eg, s[f1v], mid_arity) else { return vec![] };
+            let (Some(k1), Some(k2)) = (kernel_or_id(eg, s[k1v]), kernel_or_id(eg, s[k2v])) else {
                 return vec![];
             };
             // Single-block kernels only.
@@ -130,15 +120,16 @@ pub fn r1_2() -> RuleDef {
             let mut s = s.clone();
             let fid = leaf(eg, f.map_or(Param::Id, Param::Key));
             let kid = leaf(eg, k.map_or(Param::Id, Param::Kernel));
-            s.insert(crate::support::var("?f"), fid);
-            s.insert(crate::support::var("?k"), kid);
+            s.insert(fv, fid);
+            s.insert(kv, kid);
             inst(eg, &rhs, &s).into_iter().collect()
-        })],
-    )
+        })
+        .checks("the key maps compose into one key expression (`KeyFn::compose`) and neither kernel gives several blocks per call"))
+        .build()
 }
 
-/// `R1-3`: `(lfilter ?p (lmap ?f ?k ?x)) = (lmap ?f ?k (lfilter ?p ?x))`, the
-/// direction that filters first.
+/// `R1-3`: a local filter moved under a local map (the direction that
+/// filters first).
 ///
 /// Condition: the key map `f` is the identity (`id`, or `[k0, …]`), so the
 /// predicate reads the same key before and after the map; the filter then
@@ -147,23 +138,13 @@ pub fn r1_2() -> RuleDef {
 /// Arity audit: `f` is checked against the arity of the map's input `x`
 /// (the keys the pushed-down predicate reads), never against its output.
 pub fn r1_3() -> RuleDef {
-    let rhs = pat("(lmap ?f ?k (lfilter ?p ?x))").ast;
-    def(
-        "R1-3",
-        "(lfilter ?p (lmap ?f ?k ?x)) = (lmap ?f ?k (lfilter ?p ?x))",
-        "the key map f is the identity: the predicate reads the same keys before and after the map.",
-        vec![rewrite("R1-3", "R1-3", "(lfilter ?p (lmap ?f ?k ?x))", Guard::Strict, move |eg, _, s| {
-            let Some(xt) = complete_phys(eg, get(s, "?x")) else { return vec![] };
-            if !is_identity_key(eg, get(s, "?f"), xt.rel.key_arity()) {
-                return vec![];
-            }
-            inst(eg, &rhs, s).into_iter().collect()
-        })],
-    )
+    Rule::new("R1-3", FAMILY)
+        .why("with an identity key map the predicate reads the same keys before and after the map")
+        .rw(rw("(lfilter ?p (lmap ?f ?k ?x))", "(lmap ?f ?k (lfilter ?p ?x))").when(identity_key("?f", "?x")))
+        .build()
 }
 
-/// `R1-4`: `(lmap id ?m (lagg ?g ?agg ?x)) = (lagg ?g ?agg (lmap id ?m ?x))`,
-/// both directions.
+/// `R1-4`: a local map moved across a local aggregation, both directions.
 ///
 /// Condition: `m` distributes over `agg` (`m(agg(a, b)) = agg(m(a), m(b))`,
 /// from the kernel catalog), and the key map is the identity. Then, per site
@@ -181,42 +162,22 @@ pub fn r1_3() -> RuleDef {
 /// different arity (`diag(A·B)` written as aggregate, filter `k0 == k1`,
 /// rekey `[k0]`, transform `diag`).
 pub fn r1_4() -> RuleDef {
-    let down = pat("(lagg ?g ?agg (lmap id ?m ?x))").ast;
-    let up = pat("(lmap id ?m (lagg ?g ?agg ?x))").ast;
-    let distributes = |eg: &TraEGraph, s: &egg::Subst| match (kernel(eg, get(s, "?m")), kernel(eg, get(s, "?agg"))) {
-        (Some(m), Some(agg)) => m.distributes_over(agg),
-        _ => false,
-    };
-    def(
-        "R1-4",
-        "(lmap id ?m (lagg ?g ?agg ?x)) = (lagg ?g ?agg (lmap id ?m ?x))",
-        "m distributes over agg (m(agg(a,b)) = agg(m(a),m(b))) and the key map is the identity on the keys it \
-         reads (the aggregate's |g| dims for push-down, x's for pull-up); the paper's form composing m into the \
-         aggregation kernel is unsound in general (relu(relu(a+b)+c) ≠ relu(a+b+c)), so only this one is written.",
-        vec![
-            rewrite("R1-4", "R1-4/push-down", "(lmap ?f ?m (lagg ?g ?agg ?x))", Guard::Strict, move |eg, _, s| {
-                // The key map reads the aggregation's output, whose arity is
-                // |g| (not the map's own output arity: `[k0]` over a 2-dim
-                // aggregate has output arity 1 and is not the identity).
-                let Some(g) = dims(eg, get(s, "?g")) else { return vec![] };
-                if !is_identity_key(eg, get(s, "?f"), g.len()) || !distributes(eg, s) {
-                    return vec![];
-                }
-                inst(eg, &down, s).into_iter().collect()
-            }),
-            rewrite("R1-4", "R1-4/pull-up", "(lagg ?g ?agg (lmap ?f ?m ?x))", Guard::Strict, move |eg, _, s| {
-                let Some(xt) = complete_phys(eg, get(s, "?x")) else { return vec![] };
-                if !is_identity_key(eg, get(s, "?f"), xt.rel.key_arity()) || !distributes(eg, s) {
-                    return vec![];
-                }
-                inst(eg, &up, s).into_iter().collect()
-            }),
-        ],
-    )
+    Rule::new("R1-4", FAMILY)
+        .why("per site and group, `m` of the fold is the fold of the `m`s (the paper's form composing `m` into `agg` is unsound: relu(relu(a+b)+c) ≠ relu(a+b+c))")
+        .rw(rw("(lmap ?f ?m (lagg ?g ?agg ?x))", "(lagg ?g ?agg (lmap id ?m ?x))")
+            .named("push-down")
+            .when(identity_key_on_groups("?f", "?g"))
+            .when(distributes("?m", "?agg")))
+        .rw(rw("(lagg ?g ?agg (lmap ?f ?m ?x))", "(lmap id ?m (lagg ?g ?agg ?x))")
+            .named("pull-up")
+            .unlisted()
+            .when(identity_key("?f", "?x"))
+            .when(distributes("?m", "?agg")))
+        .build()
 }
 
-/// `R1-5`: `(lfilter ?p (lagg ?g ?k ?x)) = (lagg ?g ?k (lfilter p' ?x))`,
-/// `p'` = `p` with output dim `i` renamed to group dim `g[i]`.
+/// `R1-5`: a filter over a local aggregation moved under it, output dim `i`
+/// renamed to group dim `g[i]`.
 ///
 /// Condition: the predicate reads only the aggregation's output key (always
 /// true: that is all it can read), so it keeps or drops whole groups, and
@@ -228,28 +189,17 @@ pub fn r1_4() -> RuleDef {
 /// `|g|` (dims read must be `< |g|`), and is renamed through `g` to the
 /// input's dims; no key map.
 pub fn r1_5() -> RuleDef {
-    let rhs = pat("(lagg ?g ?k (lfilter ?q ?x))").ast;
-    def(
-        "R1-5",
-        "(lfilter ?p (lagg ?g ?k ?x)) = (lagg ?g ?k (lfilter p[i := g[i]] ?x))",
-        "the predicate reads only group-by dims (renamed to their input positions), so it drops whole groups; \
-         not for concat aggregations.",
-        vec![rewrite("R1-5", "R1-5", "(lfilter ?p (lagg ?g ?k ?x))", Guard::Strict, move |eg, _, s| {
-            let (Some(p), Some(g), Some(k)) =
-                (pred(eg, get(s, "?p")), dims(eg, get(s, "?g")), kernel(eg, get(s, "?k")))
-            else {
-                return vec![];
-            };
-            if types::concat_params(k).is_some() || p.dims_read().iter().any(|&d| d >= g.len()) {
-                return vec![];
-            }
-            let g = g.to_vec();
-            let q = p.remap(&|i| g.get(i).copied().unwrap_or(i));
-            let mut s = s.clone();
-            s.insert(crate::support::var("?q"), leaf(eg, Param::Pred(q)));
-            inst(eg, &rhs, &s).into_iter().collect()
-        })],
-    )
+    let [p, g] = vars(["?p", "?g"]);
+    Rule::new("R1-5", FAMILY)
+        .why("a predicate on group keys keeps or drops whole groups, and dropping a group's inputs drops the group")
+        .rw(rw("(lfilter ?p (lagg ?g ?k ?x))", "(lagg ?g ?k (lfilter ?q ?x))")
+            .when(not_concat("?k"))
+            .when(reads_groups_only("?p", "?g"))
+            .bind(&[("?q", "p[i:=g[i]]")], move |eg, _, s| {
+                let g = dims(eg, s[g])?;
+                Some(vec![Bound::Leaf(Param::Pred(pred(eg, s[p])?.remap(&|i| g.get(i).copied().unwrap_or(i))))])
+            }))
+        .build()
 }
 
 /// `R1-6`: a local filter over a local join pushed into its operands.
@@ -273,23 +223,20 @@ pub fn r1_6() -> RuleDef {
     let left = pat("(ljoin ?jl ?jr ?k (lfilter ?p ?a) ?b)").ast;
     let right = pat("(ljoin ?jl ?jr ?k ?a (lfilter ?q ?b))").ast;
     let both = pat("(ljoin ?jl ?jr ?k (lfilter ?p ?a) (lfilter ?q ?b))").ast;
-    def(
-        "R1-6",
-        "(lfilter ?p (ljoin ?jl ?jr ?k ?a ?b)) = (ljoin ?jl ?jr ?k (lfilter ?p ?a) ?b) | (ljoin … ?a (lfilter p' ?b)) | both",
-        "left: the predicate reads only left dims; right: only left join dims and right dims (renamed to the \
-         right's dims); both when both.",
-        vec![rewrite(
-            "R1-6",
-            "R1-6",
+    let [pv, jlv, jrv, av, bv, qv] = vars(["?p", "?jl", "?jr", "?a", "?b", "?q"]);
+    Rule::new("R1-6", FAMILY)
+        .why("a predicate on one operand's dims (or on join dims, equal on every joined pair) keeps exactly the joined pairs it would keep after the join")
+        .skip_mismatch()
+        .rw(Rw::apply(
             "(lfilter ?p (ljoin ?jl ?jr ?k ?a ?b))",
-            Guard::SkipMismatch,
+            "(ljoin ?jl ?jr ?k (lfilter ?p ?a) ?b) | (ljoin ?jl ?jr ?k ?a (lfilter p' ?b)) | both",
             move |eg, _, s| {
                 let (Some(p), Some(jl), Some(jr)) =
-                    (pred(eg, get(s, "?p")), dims(eg, get(s, "?jl")), dims(eg, get(s, "?jr")))
+                    (pred(eg, s[pv]), dims(eg, s[jlv]), dims(eg, s[jrv]))
                 else {
                     return vec![];
                 };
-                let (Some(at), Some(bt)) = (complete_phys(eg, get(s, "?a")), complete_phys(eg, get(s, "?b"))) else {
+                let (Some(at), Some(bt)) = (complete_phys(eg, s[av]), complete_phys(eg, s[bv])) else {
                     return vec![];
                 };
                 let (la, ra) = (at.rel.key_arity(), bt.rel.key_arity());
@@ -311,7 +258,7 @@ pub fn r1_6() -> RuleDef {
                 let q = to_right.map(|m| p.remap(&|d| m.get(&d).copied().unwrap_or(d)));
                 let mut s = s.clone();
                 if let Some(q) = &q {
-                    s.insert(crate::support::var("?q"), leaf(eg, Param::Pred(q.clone())));
+                    s.insert(qv, leaf(eg, Param::Pred(q.clone())));
                 }
                 let mut out = Vec::new();
                 if on_left {
@@ -325,12 +272,13 @@ pub fn r1_6() -> RuleDef {
                 }
                 out
             },
-        )],
-    )
+        )
+        .checks("left: `p` reads only dims below `a`'s arity; right: only left join dims and right dims, renamed to `b`'s dims as `p'`; both when both"))
+        .build()
 }
 
-/// `R1-7`: `(lmap ?f ?m (ljoin ?jl ?jr ?k ?a ?b)) = (lmap ?f id (ljoin ?jl ?jr compose(m,k) ?a ?b))`
-/// (just the join when `f` is the identity).
+/// `R1-7`: a map's kernel moved into the join below it (the key map stays
+/// outside; just the join when it is the identity).
 ///
 /// Condition: `m` is a kernel giving one block per call (a multi-block kernel
 /// is paired with its key map's keys and cannot move into the join). Applying
@@ -345,17 +293,19 @@ pub fn r1_6() -> RuleDef {
 pub fn r1_7() -> RuleDef {
     let with_map = pat("(lmap ?f id (ljoin ?jl ?jr ?mk ?a ?b))").ast;
     let join_only = pat("(ljoin ?jl ?jr ?mk ?a ?b)").ast;
-    def(
-        "R1-7",
-        "(lmap ?f ?m (ljoin ?jl ?jr ?k ?a ?b)) = (lmap ?f id (ljoin ?jl ?jr compose(m,k) ?a ?b))",
-        "m is a kernel (not id) giving one block per call; the key map stays outside the join.",
-        vec![rewrite("R1-7", "R1-7", "(lmap ?f ?m (ljoin ?jl ?jr ?k ?a ?b))", Guard::Strict, move |eg, _, s| {
+    let [mv, kv, jrv, av, bv, fv, mkv] = vars(["?m", "?k", "?jr", "?a", "?b", "?f", "?mk"]);
+    Rule::new("R1-7", FAMILY)
+        .why("applying `m` to each joined block inside the join is the same computation; the key map stays outside")
+        .rw(Rw::apply(
+            "(lmap ?f ?m (ljoin ?jl ?jr ?k ?a ?b))",
+            "(lmap ?f id (ljoin ?jl ?jr compose(m,k) ?a ?b))",
+            move |eg, _, s| {
             let (Some(m), Some(k), Some(jr)) =
-                (kernel(eg, get(s, "?m")), kernel(eg, get(s, "?k")), dims(eg, get(s, "?jr")))
+                (kernel(eg, s[mv]), kernel(eg, s[kv]), dims(eg, s[jrv]))
             else {
                 return vec![];
             };
-            let (Some(at), Some(bt)) = (complete_phys(eg, get(s, "?a")), complete_phys(eg, get(s, "?b"))) else {
+            let (Some(at), Some(bt)) = (complete_phys(eg, s[av]), complete_phys(eg, s[bv])) else {
                 return vec![];
             };
             let Ok(mid) = k.output_shape(&[&at.rel.array_bounds, &bt.rel.array_bounds]) else { return vec![] };
@@ -365,17 +315,19 @@ pub fn r1_7() -> RuleDef {
             let mk = KernelRef::compose(m.clone(), k.clone());
             // The key map reads the join's output key.
             let join_arity = at.rel.key_arity() + bt.rel.key_arity() - jr.len();
-            let f_is_id = is_identity_key(eg, get(s, "?f"), join_arity);
+            let f_is_id = is_identity_key(eg, s[fv], join_arity);
             let mut s = s.clone();
-            s.insert(crate::support::var("?mk"), leaf(eg, Param::Kernel(mk)));
+            s.insert(mkv, leaf(eg, Param::Kernel(mk)));
             let rhs = if f_is_id { &join_only } else { &with_map };
             inst(eg, rhs, &s).into_iter().collect()
-        })],
-    )
+        },
+        )
+        .checks("`m` is a kernel (not `id`) giving one block per call; just the join when `f` is the identity on the join's keys"))
+        .build()
 }
 
-/// `map-identity`: `(lmap ?f id ?x) = ?x` when `f` is the identity (`id` or
-/// `[k0, …]`).
+/// `map-identity`: a local map with an identity key map (`id` or `[k0, …]`)
+/// and no kernel is its input.
 ///
 /// A P-level identity, exact: the map changes neither keys nor blocks, on
 /// any site.
@@ -383,17 +335,8 @@ pub fn r1_7() -> RuleDef {
 /// Arity audit: `f` is checked against the arity of the map's input `x`;
 /// a map that drops or repeats dims is never the identity.
 pub fn map_identity() -> RuleDef {
-    def(
-        "map-identity",
-        "(lmap id id ?x) = ?x",
-        "the key map is the identity (id or [k0,…,k{n-1}]) and the kernel is id.",
-        vec![rewrite("map-identity", "map-identity", "(lmap ?f id ?x)", Guard::Strict, |eg, _, s| {
-            let x = get(s, "?x");
-            let Some(xt) = complete_phys(eg, x) else { return vec![] };
-            if !is_identity_key(eg, get(s, "?f"), xt.rel.key_arity()) {
-                return vec![];
-            }
-            vec![x]
-        })],
-    )
+    Rule::new("map-identity", FAMILY)
+        .why("the map changes neither keys nor blocks, on any site")
+        .rw(rw("(lmap ?f id ?x)", "?x").when(identity_key("?f", "?x")))
+        .build()
 }

@@ -10,18 +10,26 @@
 //! errors and bookkeeping name the rule. See `README.md` for the policy and
 //! the list.
 //!
+//! Each family file is a table: one function per rule whose body is one
+//! [`build::Rule`] entry (name, [`Family`], why, patterns, named conditions
+//! from [`cond`]); the equation and condition `tra rules` shows are derived
+//! from the entry, and [`table`] renders the list that `README.md` holds.
+//!
 //! A rule is registered by its NAME ([`RuleDef::name`]); it may be made of
 //! several egg rewrites, whose names (`R2-6/from-bcast-left`, …) are unique.
 #![warn(missing_docs)]
 
+pub mod build;
 pub mod compose;
+pub mod cond;
 pub mod lower;
 pub mod matmul;
 pub mod repartition;
-mod support;
+pub mod table;
 
-pub use support::conflict;
+pub use build::conflict;
 use tra_optimizer::rule::RuleDef;
+pub use tra_optimizer::rule::{Family, Phase};
 
 /// Every rule: the lowering rules (`lowering: true`) first, then R1,
 /// R2 and matmul.
@@ -48,6 +56,11 @@ pub fn lowering() -> Vec<RuleDef> {
     all().into_iter().filter(|r| r.lowering).collect()
 }
 
+/// The markdown table of every rule (what `tra rules --format md` prints).
+pub fn markdown() -> String {
+    table::markdown(&all())
+}
+
 /// Every egg rewrite of these rules, flattened.
 pub fn rewrites(rules: Vec<RuleDef>) -> Vec<tra_optimizer::rule::TraRewrite> {
     rules.into_iter().flat_map(|r| r.rewrites).collect()
@@ -72,9 +85,9 @@ mod tests {
             }
         }
         assert_eq!(names().len(), rules.len());
-        assert_eq!(by_name("R2-6").map(|r| r.family), Some("R2"));
+        assert_eq!(by_name("R2-6").map(|r| r.family), Some(Family::R2));
         assert!(by_name("nope").is_none());
-        assert!(lowering().iter().all(|r| r.family == "lowering"));
+        assert!(lowering().iter().all(|r| r.family == Family::Lowering));
         assert_eq!(lowering().len(), 7);
     }
 }

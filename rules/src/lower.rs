@@ -7,22 +7,16 @@
 //! erased IA plan's. Operands of local operators are P classes; a TRA operand
 //! `x` is used through any of its P members `(erase ?p)`, or re-partitioned
 //! (`shuffle`, `broadcast`) from the L class itself.
+//!
+//! Arity audit, for the whole family: no rule here has a condition; a key
+//! map or dim list is copied unchanged and typed against the same input on
+//! both sides, or (tile, concat) built from the input's own arity.
 
-use crate::support::{always, complete_phys, dims, extend, get, inst, logical, pat, rewrite, rewrite_to, Guard};
+use crate::build::{complete_phys, dims, logical, rw, vars, Bound, Family, Rule, RuleDef};
 use tra_optimizer::egraph::Param;
-use tra_optimizer::rule::RuleDef;
 use tra_optimizer::types;
 
-const FAMILY: &str = "lowering";
-
-fn def(
-    name: &'static str,
-    equation: &'static str,
-    condition: &'static str,
-    rewrites: Vec<tra_optimizer::rule::TraRewrite>,
-) -> RuleDef {
-    RuleDef { name, family: FAMILY, equation, condition, lowering: true, rewrites }
-}
+const FAMILY: Family = Family::Lowering;
 
 /// Every lowering rule.
 pub fn rules() -> Vec<RuleDef> {
@@ -37,168 +31,92 @@ pub fn rules() -> Vec<RuleDef> {
     ]
 }
 
-/// `lower-aggregate`: `(aggregate ?g ?k ?x) = (erase (lagg ?g ?k (shuffle ?g ?x)))`.
-///
-/// No condition: after the shuffle on all group-by dims every group lives on
-/// one site, so the local aggregation is complete.
-///
-/// Arity audit: `g` names dims of `x` on both sides (shuffle and local
-/// aggregation read the same input); no key map.
+/// `lower-aggregate`. Arity audit: `g` names dims of `x` on both sides
+/// (shuffle and local aggregation read the same input).
 pub fn lower_aggregate() -> RuleDef {
-    def(
-        "lower-aggregate",
-        "(aggregate ?g ?k ?x) = (erase (lagg ?g ?k (shuffle ?g ?x)))",
-        "none: the shuffle on the group-by dims puts each group on one site.",
-        vec![rewrite_to(
-            "lower-aggregate",
-            "lower-aggregate",
-            "(aggregate ?g ?k ?x)",
-            "(erase (lagg ?g ?k (shuffle ?g ?x)))",
-            Guard::Strict,
-            always,
-        )],
-    )
+    Rule::new("lower-aggregate", FAMILY)
+        .why("the shuffle on the group-by dims puts each group on one site, so the local aggregation is complete")
+        .rw(rw("(aggregate ?g ?k ?x)", "(erase (lagg ?g ?k (shuffle ?g ?x)))"))
+        .build()
 }
 
-/// `lower-join`: `(join ?jl ?jr ?k ?a (erase ?pb)) = (erase (ljoin ?jl ?jr ?k (broadcast ?a) ?pb))`.
-///
-/// No condition: with the left operand on every site, each right tuple meets
-/// all its partners where it lives, whatever `pb`'s placement.
-///
-/// Arity audit: `jl` and `jr` name each operand's dims on both sides; no key
-/// map.
+/// `lower-join`. Arity audit: `jl` and `jr` name each operand's dims on
+/// both sides.
 pub fn lower_join() -> RuleDef {
-    def(
-        "lower-join",
-        "(join ?jl ?jr ?k ?a (erase ?pb)) = (erase (ljoin ?jl ?jr ?k (broadcast ?a) ?pb))",
-        "none: a broadcast operand is co-located with any placement of the other.",
-        vec![rewrite_to(
-            "lower-join",
-            "lower-join",
-            "(join ?jl ?jr ?k ?a (erase ?pb))",
-            "(erase (ljoin ?jl ?jr ?k (broadcast ?a) ?pb))",
-            Guard::Strict,
-            always,
-        )],
-    )
+    Rule::new("lower-join", FAMILY)
+        .why("a broadcast operand is on every site, so each right tuple meets all its partners where it lives")
+        .rw(rw("(join ?jl ?jr ?k ?a (erase ?pb))", "(erase (ljoin ?jl ?jr ?k (broadcast ?a) ?pb))"))
+        .build()
 }
 
-/// `lower-rekey`: `(rekey ?f (erase ?p)) = (erase (lmap ?f id ?p))`.
-///
-/// No condition: a key map works tuple by tuple, wherever the tuple is.
-///
-/// Arity audit: no condition; the key map is copied unchanged and typed
+/// `lower-rekey`. Arity audit: the key map is copied unchanged and typed
 /// against the same input on both sides.
 pub fn lower_rekey() -> RuleDef {
-    def(
-        "lower-rekey",
-        "(rekey ?f (erase ?p)) = (erase (lmap ?f id ?p))",
-        "none: a key map works tuple by tuple, wherever the tuple is.",
-        vec![rewrite_to(
-            "lower-rekey",
-            "lower-rekey",
-            "(rekey ?f (erase ?p))",
-            "(erase (lmap ?f id ?p))",
-            Guard::Strict,
-            always,
-        )],
-    )
+    Rule::new("lower-rekey", FAMILY)
+        .why("a key map works tuple by tuple, wherever the tuple is")
+        .rw(rw("(rekey ?f (erase ?p))", "(erase (lmap ?f id ?p))"))
+        .build()
 }
 
-/// `lower-filter`: `(filter ?pr (erase ?p)) = (erase (lfilter ?pr ?p))`.
-///
-/// No condition: a filter works tuple by tuple.
-///
-/// Arity audit: no condition; the predicate reads the same input's keys on
-/// both sides.
+/// `lower-filter`. Arity audit: the predicate reads the same input's keys
+/// on both sides.
 pub fn lower_filter() -> RuleDef {
-    def(
-        "lower-filter",
-        "(filter ?pr (erase ?p)) = (erase (lfilter ?pr ?p))",
-        "none: a filter works tuple by tuple.",
-        vec![rewrite_to(
-            "lower-filter",
-            "lower-filter",
-            "(filter ?pr (erase ?p))",
-            "(erase (lfilter ?pr ?p))",
-            Guard::Strict,
-            always,
-        )],
-    )
+    Rule::new("lower-filter", FAMILY)
+        .why("a filter works tuple by tuple, wherever the tuple is")
+        .rw(rw("(filter ?pr (erase ?p))", "(erase (lfilter ?pr ?p))"))
+        .build()
 }
 
-/// `lower-transform`: `(transform ?k (erase ?p)) = (erase (lmap id ?k ?p))`.
-///
-/// No condition: a block kernel works tuple by tuple.
-///
-/// Arity audit: the key map is `id`, the identity on any arity; nothing is
-/// compared.
+/// `lower-transform`. Arity audit: the key map is `id`, the identity on any
+/// arity.
 pub fn lower_transform() -> RuleDef {
-    def(
-        "lower-transform",
-        "(transform ?k (erase ?p)) = (erase (lmap id ?k ?p))",
-        "none: a block kernel works tuple by tuple.",
-        vec![rewrite_to(
-            "lower-transform",
-            "lower-transform",
-            "(transform ?k (erase ?p))",
-            "(erase (lmap id ?k ?p))",
-            Guard::Strict,
-            always,
-        )],
-    )
+    Rule::new("lower-transform", FAMILY)
+        .why("a block kernel works tuple by tuple, wherever the tuple is")
+        .rw(rw("(transform ?k (erase ?p))", "(erase (lmap id ?k ?p))"))
+        .build()
 }
 
-/// `lower-tile`: `(tile [dim,size] (erase ?p)) =
-/// (erase (lmap key:[k0,…,k{n-1},0..pieces] kernel:tile(dim,size) ?p))`.
-///
-/// No condition beyond typing: the tile kernel gives `pieces = bound[dim] /
-/// size` blocks per tuple, paired in order with the keys of the replicating
-/// key map. Key and kernel come from [`types::tile_as_map`], the function that
-/// types `tile` itself, so both sides have the same type by construction.
+/// `lower-tile`: the tile kernel gives `pieces = bound[dim] / size` blocks
+/// per tuple, paired in order with the keys of the replicating key map. Key
+/// and kernel come from [`types::tile_as_map`], the function that types
+/// `tile` itself, so both sides have the same type by construction.
 ///
 /// Arity audit: the replicating key map is built from the input's own arity
 /// (`types::tile_as_map` on `p`'s type), not from the output's.
 pub fn lower_tile() -> RuleDef {
-    let rhs = pat("(erase (lmap ?key ?kernel ?p))").ast;
-    def(
-        "lower-tile",
-        "(tile [dim,size] (erase ?p)) = (erase (lmap key:[k0,…,k{n-1},0..pieces] kernel:tile(dim,size) ?p))",
-        "none: tiling works tuple by tuple; pieces = bound[dim] / size.",
-        vec![rewrite("lower-tile", "lower-tile", "(tile ?ds (erase ?p))", Guard::Strict, move |eg, _, s| {
-            let (ds, p) = (get(s, "?ds"), get(s, "?p"));
-            let (Some(d), Some(pt)) = (dims(eg, ds), complete_phys(eg, p)) else { return vec![] };
-            let [dim, size] = d[..] else { return vec![] };
-            let Ok((key, kernel)) = types::tile_as_map(&pt.rel, dim, size) else { return vec![] };
-            let s = extend(eg, s, vec![("?key", Param::Key(key)), ("?kernel", Param::Kernel(kernel))]);
-            inst(eg, &rhs, &s).into_iter().collect()
-        })],
-    )
+    let [ds, p] = vars(["?ds", "?p"]);
+    Rule::new("lower-tile", FAMILY)
+        .why("tiling works tuple by tuple; the key map and kernel are those that type `tile` itself")
+        .rw(rw("(tile ?ds (erase ?p))", "(erase (lmap ?key ?kernel ?p))").bind(
+            &[("?key", "key:[k0,…,k{n-1},0..pieces]"), ("?kernel", "kernel:tile(dim,size)")],
+            move |eg, _, s| {
+                let (d, pt) = (dims(eg, s[ds])?, complete_phys(eg, s[p])?);
+                let [dim, size] = d[..] else { return None };
+                let (key, kernel) = types::tile_as_map(&pt.rel, dim, size).ok()?;
+                Some(vec![Bound::Leaf(Param::Key(key)), Bound::Leaf(Param::Kernel(kernel))])
+            },
+        ))
+        .build()
 }
 
-/// `lower-concat`: `(concat [kd,ad] ?x) = (erase (lagg g kernel:concat(kd,ad) (shuffle g ?x)))`
-/// with `g` = every key dim but `kd`.
+/// `lower-concat`: with `g` every key dim but `kd`, the shuffle on `g` puts
+/// each group's pieces on one site, where the concat aggregation joins them
+/// along `ad` ordered by `kd`. `g` and the kernel come from
+/// [`types::concat_as_aggregate`], the function that types `concat` itself.
 ///
-/// No condition: the shuffle on `g` puts each group's pieces on one site,
-/// where the concat aggregation joins them along `ad` ordered by `kd`.
-/// `g` and the kernel come from [`types::concat_as_aggregate`], the function
-/// that types `concat` itself.
-///
-/// Arity audit: `g` is built from the input's arity (every dim but `kd`);
-/// no key map.
+/// Arity audit: `g` is built from the input's arity (every dim but `kd`).
 pub fn lower_concat() -> RuleDef {
-    let rhs = pat("(erase (lagg ?g ?kernel (shuffle ?g ?x)))").ast;
-    def(
-        "lower-concat",
-        "(concat [kd,ad] ?x) = (erase (lagg g kernel:concat(kd,ad) (shuffle g ?x))), g = every key dim but kd",
-        "none: the shuffle on g puts each group's pieces on one site.",
-        vec![rewrite("lower-concat", "lower-concat", "(concat ?ds ?x)", Guard::Strict, move |eg, _, s| {
-            let (ds, x) = (get(s, "?ds"), get(s, "?x"));
-            let (Some(d), Some(lt)) = (dims(eg, ds), logical(eg, x)) else { return vec![] };
-            let [kd, ad] = d[..] else { return vec![] };
-            let (g, kernel) = types::concat_as_aggregate(&lt.rel, kd, ad);
-            let s = extend(eg, s, vec![("?g", Param::Dims(g)), ("?kernel", Param::Kernel(kernel))]);
-            inst(eg, &rhs, &s).into_iter().collect()
-        })],
-    )
+    let [ds, x] = vars(["?ds", "?x"]);
+    Rule::new("lower-concat", FAMILY)
+        .why("the shuffle on every key dim but `kd` puts each group's pieces on one site")
+        .rw(rw("(concat ?ds ?x)", "(erase (lagg ?g ?kernel (shuffle ?g ?x)))").bind(
+            &[("?g", "g"), ("?kernel", "kernel:concat(kd,ad)")],
+            move |eg, _, s| {
+                let (d, lt) = (dims(eg, s[ds])?, logical(eg, s[x])?);
+                let [kd, ad] = d[..] else { return None };
+                let (g, kernel) = types::concat_as_aggregate(&lt.rel, kd, ad);
+                Some(vec![Bound::Leaf(Param::Dims(g)), Bound::Leaf(Param::Kernel(kernel))])
+            },
+        ))
+        .build()
 }

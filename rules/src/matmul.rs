@@ -10,39 +10,24 @@
 //! checks block shapes). Each right-hand side is type-checked node by node
 //! before it is added.
 
-use crate::support::{get, inst, logical, pat, rewrite, var, Guard};
+use crate::build::{rw, vars, Bound, Family, Rule, RuleDef};
+use crate::cond::{dense_nonempty, matrices, matrix_frontiers};
 use egg::Id;
 use tra_optimizer::egraph::{Ia, Param, TraEGraph};
 use tra_optimizer::keyexpr::KeyFn;
-use tra_optimizer::rule::{RuleDef, TraRewrite};
-use tra_optimizer::types::KeySet;
 
-const FAMILY: &str = "matmul";
+const FAMILY: Family = Family::Matmul;
 
 /// The TRA matmul the three rules match.
 const MATMUL: &str = "(aggregate [0,2] kernel:matAdd (join [1] [0] kernel:matMul ?x ?y))";
-
-fn def(name: &'static str, equation: &'static str, condition: &'static str, rewrites: Vec<TraRewrite>) -> RuleDef {
-    RuleDef { name, family: FAMILY, equation, condition, lowering: false, rewrites }
-}
 
 /// Every matmul rule.
 pub fn rules() -> Vec<RuleDef> {
     vec![matmul_bmm(), matmul_cmm(), matmul_rmm()]
 }
 
-/// The matched operands' frontiers `(X, Y)` when both are complete matrices
-/// of key arity 2 with a common dimension of one frontier.
-fn operands(eg: &TraEGraph, s: &egg::Subst) -> Option<(Vec<u32>, Vec<u32>)> {
-    let (x, y) = (logical(eg, get(s, "?x"))?, logical(eg, get(s, "?y"))?);
-    let (fx, fy) = (&x.rel.frontier, &y.rel.frontier);
-    (x.complete && y.complete && fx.len() == 2 && fy.len() == 2 && fx[1] == fy[0]).then(|| (fx.clone(), fy.clone()))
-}
-
-/// `matmul-bmm`: broadcast matrix multiplication, both ways:
-/// `aggregate([0,2],matAdd, join([1],[0],matMul, X, Y))` =
-/// `(erase (lagg [0,2] matAdd (ljoin [1] [0] matMul (broadcast X) (shuffle [1] Y))))` =
-/// `(erase (lagg [0,2] matAdd (ljoin [1] [0] matMul (shuffle [0] X) (broadcast Y))))`.
+/// `matmul-bmm`: broadcast matrix multiplication, both ways (`X` broadcast
+/// and `Y` shuffled on its column blocks, or the mirror).
 ///
 /// The join's output is hashed on an output dim in `[0,2]` (`k` from `Y`, or
 /// `i` from `X`), so the aggregation is complete without another shuffle.
@@ -52,25 +37,17 @@ fn operands(eg: &TraEGraph, s: &egg::Subst) -> Option<(Vec<u32>, Vec<u32>)> {
 /// shuffle each operand by its own dims, `[0,2]` groups the join's 3-dim
 /// output; no key map.
 pub fn matmul_bmm() -> RuleDef {
-    let left =
-        pat("(erase (lagg [0,2] kernel:matAdd (ljoin [1] [0] kernel:matMul (broadcast ?x) (shuffle [1] ?y))))").ast;
-    let right =
-        pat("(erase (lagg [0,2] kernel:matAdd (ljoin [1] [0] kernel:matMul (shuffle [0] ?x) (broadcast ?y))))").ast;
-    def(
-        "matmul-bmm",
-        "(aggregate [0,2] matAdd (join [1] [0] matMul ?x ?y)) = \
-         (erase (lagg [0,2] matAdd (ljoin [1] [0] matMul (broadcast ?x) (shuffle [1] ?y)))) = \
-         (erase (lagg [0,2] matAdd (ljoin [1] [0] matMul (shuffle [0] ?x) (broadcast ?y))))",
-        "both operands have key arity 2 and the common dimension's frontiers agree.",
-        vec![rewrite("matmul-bmm", "matmul-bmm", MATMUL, Guard::Strict, move |eg, _, s| {
-            if operands(eg, s).is_none() {
-                return vec![];
-            }
-            let mut out: Vec<Id> = inst(eg, &left, s).into_iter().collect();
-            out.extend(inst(eg, &right, s));
-            out
-        })],
-    )
+    Rule::new("matmul-bmm", FAMILY)
+        .why(
+            "with one operand on every site, each product meets on the other's sites, already grouped by an output dim",
+        )
+        .rw(rw(
+            MATMUL,
+            "(erase (lagg [0,2] kernel:matAdd (ljoin [1] [0] kernel:matMul (broadcast ?x) (shuffle [1] ?y))))",
+        )
+        .or("(erase (lagg [0,2] kernel:matAdd (ljoin [1] [0] kernel:matMul (shuffle [0] ?x) (broadcast ?y))))")
+        .when(matrices("?x", "?y")))
+        .build()
 }
 
 /// `matmul-cmm`: cross-product matrix multiplication with two-phase
@@ -88,22 +65,15 @@ pub fn matmul_bmm() -> RuleDef {
 /// the join's 3-dim output by `[0,2]`, the second its 2-dim partial results
 /// by `[0,1]` (positions, not the join's dims); no key map.
 pub fn matmul_cmm() -> RuleDef {
-    let rhs = pat("(erase (lagg [0,1] kernel:matAdd (shuffle [0,1] (erase (lagg [0,2] kernel:matAdd \
-         (ljoin [1] [0] kernel:matMul (shuffle [1] ?x) (shuffle [0] ?y)))))))")
-    .ast;
-    def(
-        "matmul-cmm",
-        "(aggregate [0,2] matAdd (join [1] [0] matMul ?x ?y)) = (erase (lagg [0,1] matAdd (shuffle [0,1] (erase \
-         (lagg [0,2] matAdd (ljoin [1] [0] matMul (shuffle [1] ?x) (shuffle [0] ?y)))))))",
-        "both operands have key arity 2 and the common dimension's frontiers agree; matAdd is associative and \
-         commutative (two-phase aggregation).",
-        vec![rewrite("matmul-cmm", "matmul-cmm", MATMUL, Guard::Strict, move |eg, _, s| {
-            if operands(eg, s).is_none() {
-                return vec![];
-            }
-            inst(eg, &rhs, s).into_iter().collect()
-        })],
-    )
+    Rule::new("matmul-cmm", FAMILY)
+        .why("every product (i,j,k) is made once, on the site of j; matAdd is associative and commutative, so partial sums by (i,k) are summed again")
+        .rw(rw(
+            MATMUL,
+            "(erase (lagg [0,1] kernel:matAdd (shuffle [0,1] (erase (lagg [0,2] kernel:matAdd \
+             (ljoin [1] [0] kernel:matMul (shuffle [1] ?x) (shuffle [0] ?y)))))))",
+        )
+        .when(matrices("?x", "?y")))
+        .build()
 }
 
 /// A P member of an L class (the one with the smallest class id, so that
@@ -130,33 +100,30 @@ fn member(eg: &TraEGraph, l: Id) -> Option<Id> {
 /// Arity audit: the replicating key maps are built for their input's arity
 /// (2, checked) and give arity 3, which the 3-dim join and shuffles name.
 pub fn matmul_rmm() -> RuleDef {
-    let rhs = pat("(erase (lagg [0,2] kernel:matAdd (shuffle [0,2] (erase (ljoin [0,1,2] [0,1,2] kernel:matMul \
-         (shuffle [0,1,2] (erase (lmap ?kx id ?px))) (shuffle [0,1,2] (erase (lmap ?ky id ?py))))))))")
-    .ast;
-    def(
-        "matmul-rmm",
-        "(aggregate [0,2] matAdd (join [1] [0] matMul ?x ?y)) = (erase (lagg [0,2] matAdd (shuffle [0,2] (erase \
-         (ljoin [0,1,2] [0,1,2] matMul (shuffle [0,1,2] (erase (lmap key:[k0,k1,0..K] id ?px))) \
-         (shuffle [0,1,2] (erase (lmap key:[0..I,k0,k1] id ?py))))))))",
-        "both operands are dense and non-empty with key arity 2 and equal common frontier; I = X's row-block \
-         frontier, K = Y's column-block frontier.",
-        vec![rewrite("matmul-rmm", "matmul-rmm", MATMUL, Guard::Strict, move |eg, _, s| {
-            let Some((fx, fy)) = operands(eg, s) else { return vec![] };
-            let (x, y) = (get(s, "?x"), get(s, "?y"));
-            let dense = |id: Id| logical(eg, id).is_some_and(|l| l.rel.keys == KeySet::Dense);
-            // An empty operand (frontier 0) has nothing to replicate.
-            if !dense(x) || !dense(y) || fx[0] == 0 || fy[1] == 0 {
-                return vec![];
-            }
-            let (Some(px), Some(py)) = (member(eg, x), member(eg, y)) else { return vec![] };
-            let kx = KeyFn::replicate(2, 2, fy[1]);
-            let ky = KeyFn::replicate(2, 0, fx[0]);
-            let mut s = s.clone();
-            for (v, id) in [("?px", px), ("?py", py)] {
-                s.insert(var(v), id);
-            }
-            let s = crate::support::extend(eg, &s, vec![("?kx", Param::Key(kx)), ("?ky", Param::Key(ky))]);
-            inst(eg, &rhs, &s).into_iter().collect()
-        })],
-    )
+    let [x, y] = vars(["?x", "?y"]);
+    Rule::new("matmul-rmm", FAMILY)
+        .why("replicating dense operands by the other's outer frontier gives exactly the keys the 3-dim join needs, each product on one site")
+        .rw(rw(
+            MATMUL,
+            "(erase (lagg [0,2] kernel:matAdd (shuffle [0,2] (erase (ljoin [0,1,2] [0,1,2] kernel:matMul \
+             (shuffle [0,1,2] (erase (lmap ?kx id ?px))) (shuffle [0,1,2] (erase (lmap ?ky id ?py))))))))",
+        )
+        .when(matrices("?x", "?y"))
+        .when(dense_nonempty("?x", "?y"))
+        .bind(
+            &[("?px", "member(?x)"), ("?py", "member(?y)"), ("?kx", "key:[k0,k1,0..K]"), ("?ky", "key:[0..I,k0,k1]")],
+            move |eg, _, s| {
+                let (fx, fy) = matrix_frontiers(eg, s[x], s[y])?;
+                let (px, py) = (member(eg, s[x])?, member(eg, s[y])?);
+                let kx = KeyFn::replicate(2, 2, fy[1]);
+                let ky = KeyFn::replicate(2, 0, fx[0]);
+                Some(vec![
+                    Bound::Class(px),
+                    Bound::Class(py),
+                    Bound::Leaf(Param::Key(kx)),
+                    Bound::Leaf(Param::Key(ky)),
+                ])
+            },
+        ))
+        .build()
 }

@@ -7,31 +7,24 @@
 //! (`erase(…)`); rules that equate P classes must give both sides the same
 //! placement, and the analysis checks that they do.
 
-use crate::support::{
-    add_checked, complete_phys, dims, get, inst, is_identity_key, kernel, leaf, logical, pat, phys, rewrite,
-    rewrite_pairs, subset, Guard,
+use crate::build::{
+    add_checked, arity, complete_phys, dims, extend, inst, leaf, pat, phys, rw, vars, Bound, Family, Rule, RuleDef, Rw,
 };
-use egg::{Id, Subst};
-use tra_optimizer::egraph::{Ia, Param, TraEGraph};
-use tra_optimizer::rule::{RuleDef, TraRewrite};
-use tra_optimizer::types::{self, Placement};
+use crate::cond::{
+    assoc_comm, complete_result, dims_of, dims_within, identity_key, partial_pre_aggregation, placed_by, placed_within,
+    replicated,
+};
+use tra_optimizer::egraph::{Ia, Param};
+use tra_optimizer::types::Placement;
 
-const FAMILY: &str = "R2";
-
-fn def(name: &'static str, equation: &'static str, condition: &'static str, rewrites: Vec<TraRewrite>) -> RuleDef {
-    RuleDef { name, family: FAMILY, equation, condition, lowering: false, rewrites }
-}
+const FAMILY: Family = Family::R2;
 
 /// Every R2 rule, `agg-subset` and `R2-7b`.
 pub fn rules() -> Vec<RuleDef> {
     vec![r2_1(), r2_2(), r2_3(), r2_4(), agg_subset(), r2_5(), r2_6(), r2_7(), r2_7b()]
 }
 
-fn with(eg: &mut TraEGraph, s: &Subst, binds: Vec<(&str, Param)>) -> Subst {
-    crate::support::extend(eg, s, binds)
-}
-
-/// `R2-1`: `(erase (shuffle ?d ?x)) = ?x` and `(erase (broadcast ?x)) = ?x`.
+/// `R2-1`: a re-partition, erased, is its operand.
 ///
 /// No condition: a re-partition moves tuples, it does not change the relation
 /// up to site (erase has set semantics: a replicated tuple counts once; a
@@ -41,20 +34,14 @@ fn with(eg: &mut TraEGraph, s: &Subst, binds: Vec<(&str, Param)>) -> Subst {
 ///
 /// Arity audit: no key map and no condition on dims.
 pub fn r2_1() -> RuleDef {
-    def(
-        "R2-1",
-        "(erase (shuffle ?d ?x)) = ?x; (erase (broadcast ?x)) = ?x",
-        "none: a re-partition does not change the relation up to site; the paper's chain of shuffles follows by \
-         congruence.",
-        vec![
-            rewrite("R2-1", "R2-1/shuffle", "(erase (shuffle ?d ?x))", Guard::Strict, |_, _, s| vec![get(s, "?x")]),
-            rewrite("R2-1", "R2-1/broadcast", "(erase (broadcast ?x))", Guard::Strict, |_, _, s| vec![get(s, "?x")]),
-        ],
-    )
+    Rule::new("R2-1", FAMILY)
+        .why("a re-partition moves tuples; up to site the relation is the same (the paper's chain of shuffles follows by congruence)")
+        .rw(rw("(erase (shuffle ?d ?x))", "?x").named("shuffle"))
+        .rw(rw("(erase (broadcast ?x))", "?x").named("broadcast"))
+        .build()
 }
 
-/// `R2-2`: `(lfilter ?p (shuffle ?d (erase ?x))) = (shuffle ?d (erase (lfilter ?p ?x)))`,
-/// and the same with `broadcast`: filter before re-partitioning.
+/// `R2-2`: filter before re-partitioning (shuffle or broadcast).
 ///
 /// No condition: a tuple's site depends on its key only, and a filter keeps
 /// keys; filtering first moves fewer tuples. The inner filter needs `x`
@@ -63,21 +50,11 @@ pub fn r2_1() -> RuleDef {
 /// Arity audit: the predicate reads the keys of `x`, which neither the
 /// filter nor the re-partition changes; `d` names `x`'s dims on both sides.
 pub fn r2_2() -> RuleDef {
-    let shuf = pat("(shuffle ?d (erase (lfilter ?p ?x)))").ast;
-    let bcast = pat("(broadcast (erase (lfilter ?p ?x)))").ast;
-    def(
-        "R2-2",
-        "(lfilter ?p (shuffle ?d (erase ?x))) = (shuffle ?d (erase (lfilter ?p ?x))); same with broadcast",
-        "none: placement depends on keys only and a filter keeps keys.",
-        vec![
-            rewrite("R2-2", "R2-2/shuffle", "(lfilter ?p (shuffle ?d (erase ?x)))", Guard::Strict, move |eg, _, s| {
-                inst(eg, &shuf, s).into_iter().collect()
-            }),
-            rewrite("R2-2", "R2-2/broadcast", "(lfilter ?p (broadcast (erase ?x)))", Guard::Strict, move |eg, _, s| {
-                inst(eg, &bcast, s).into_iter().collect()
-            }),
-        ],
-    )
+    Rule::new("R2-2", FAMILY)
+        .why("a tuple's site depends on its key only, and a filter keeps keys: filtering first moves fewer tuples")
+        .rw(rw("(lfilter ?p (shuffle ?d (erase ?x)))", "(shuffle ?d (erase (lfilter ?p ?x)))").named("shuffle"))
+        .rw(rw("(lfilter ?p (broadcast (erase ?x)))", "(broadcast (erase (lfilter ?p ?x)))").named("broadcast"))
+        .build()
 }
 
 /// `R2-3`: re-partitions commute with local maps.
@@ -95,60 +72,14 @@ pub fn r2_2() -> RuleDef {
 /// arity); `d` names dims of the map's output, which are `x`'s when `f` is
 /// the identity.
 pub fn r2_3() -> RuleDef {
-    let b_down = pat("(lmap ?f ?k (broadcast (erase ?x)))").ast;
-    let b_up = pat("(broadcast (erase (lmap ?f ?k ?x)))").ast;
-    let s_down = pat("(lmap ?f ?k (shuffle ?d (erase ?x)))").ast;
-    let s_up = pat("(shuffle ?d (erase (lmap ?f ?k ?x)))").ast;
-    let id_key = |eg: &TraEGraph, s: &Subst| {
-        complete_phys(eg, get(s, "?x")).is_some_and(|t| is_identity_key(eg, get(s, "?f"), t.rel.key_arity()))
-    };
-    def(
-        "R2-3",
-        "(broadcast (erase (lmap ?f ?k ?x))) = (lmap ?f ?k (broadcast (erase ?x))); \
-         (shuffle ?d (erase (lmap ?f ?k ?x))) = (lmap ?f ?k (shuffle ?d (erase ?x)))",
-        "broadcast: none; shuffle: the key map f is the identity (the paper's unconditional form would route \
-         tuples by their old keys).",
-        vec![
-            rewrite(
-                "R2-3",
-                "R2-3/broadcast-down",
-                "(broadcast (erase (lmap ?f ?k ?x)))",
-                Guard::Strict,
-                move |eg, _, s| inst(eg, &b_down, s).into_iter().collect(),
-            ),
-            rewrite(
-                "R2-3",
-                "R2-3/broadcast-up",
-                "(lmap ?f ?k (broadcast (erase ?x)))",
-                Guard::Strict,
-                move |eg, _, s| inst(eg, &b_up, s).into_iter().collect(),
-            ),
-            rewrite(
-                "R2-3",
-                "R2-3/shuffle-down",
-                "(shuffle ?d (erase (lmap ?f ?k ?x)))",
-                Guard::Strict,
-                move |eg, _, s| {
-                    if !id_key(eg, s) {
-                        return vec![];
-                    }
-                    inst(eg, &s_down, s).into_iter().collect()
-                },
-            ),
-            rewrite(
-                "R2-3",
-                "R2-3/shuffle-up",
-                "(lmap ?f ?k (shuffle ?d (erase ?x)))",
-                Guard::Strict,
-                move |eg, _, s| {
-                    if !id_key(eg, s) {
-                        return vec![];
-                    }
-                    inst(eg, &s_up, s).into_iter().collect()
-                },
-            ),
-        ],
-    )
+    Rule::new("R2-3", FAMILY)
+        .why("every site maps the whole broadcast relation; a shuffle routes by keys, which an identity key map keeps (the paper's unconditional form would route by old keys)")
+        .rw(rw("(broadcast (erase (lmap ?f ?k ?x)))", "(lmap ?f ?k (broadcast (erase ?x)))").named("broadcast").both_ways())
+        .rw(rw("(shuffle ?d (erase (lmap ?f ?k ?x)))", "(lmap ?f ?k (shuffle ?d (erase ?x)))")
+            .named("shuffle")
+            .both_ways()
+            .when(identity_key("?f", "?x")))
+        .build()
 }
 
 /// `R2-4`: a re-partition that changes nothing is dropped.
@@ -177,32 +108,16 @@ pub fn r2_3() -> RuleDef {
 /// paper form, `D` (dims of `r`) and `g` (group-by dims, also read from the
 /// aggregation's input) are compared in the same space. No key map.
 pub fn r2_4() -> RuleDef {
-    let agg = pat("(erase (lagg ?g ?k ?r))").ast;
-    def(
-        "R2-4",
-        "(shuffle ?p (erase ?r)) = ?r; (broadcast (erase ?r)) = ?r (both ways); \
-         (erase (lagg ?g ?k (shuffle ?q (erase ?r)))) = (erase (lagg ?g ?k ?r))",
-        "P form: r complete and placed Hash(p) (replicated for broadcast, anything on one site); paper form: r \
-         complete and Hash(D) with D ⊆ g or replicated, and the left side complete (the paper's condition on \
-         the shuffle's dims is garbled).",
-        vec![
-            rewrite("R2-4", "R2-4/shuffle", "(shuffle ?p (erase ?r))", Guard::Strict, |eg, _, s| {
-                let (Some(p), Some(rt)) = (dims(eg, get(s, "?p")), complete_phys(eg, get(s, "?r"))) else {
-                    return vec![];
-                };
-                let one_site = eg.analysis.sites == 1 && rt.placement == Placement::Replicated;
-                if one_site || rt.placement == Placement::Hash(p.to_vec()) {
-                    vec![get(s, "?r")]
-                } else {
-                    vec![]
-                }
-            }),
-            // The same equations read right to left, for every complete P
-            // class whose placement is known: this makes all P members of an
-            // L class with one placement a single class (they are the same
-            // physical relation), which keeps the graph small.
-            rewrite_pairs("R2-4", "R2-4/canonical", "(erase ?r)", Guard::Strict, move |eg, l, s| {
-                let r = get(s, "?r");
+    let [rv] = vars(["?r"]);
+    Rule::new("R2-4", FAMILY)
+        .why("a complete relation already placed as the re-partition would place it is that re-partition; one class per placement keeps the graph small")
+        .rw(rw("(shuffle ?p (erase ?r))", "?r").named("shuffle").when(placed_by("?r", "?p")))
+        // The same equations read right to left, for every complete P class
+        // whose placement is known: this makes all P members of an L class
+        // with one placement a single class (they are the same physical
+        // relation), which keeps the graph small.
+        .rw(Rw::apply_pairs("(erase ?r)", "?r = (shuffle D (erase ?r)) or (broadcast (erase ?r))", move |eg, l, s| {
+                let r = s[rv];
                 let Some(rt) = complete_phys(eg, r) else { return vec![] };
                 let node = match &rt.placement {
                     Placement::Hash(d) if eg.analysis.sites > 1 => {
@@ -213,39 +128,16 @@ pub fn r2_4() -> RuleDef {
                     _ => return vec![],
                 };
                 add_checked(eg, node).map(|c| (r, c)).into_iter().collect()
-            }),
-            rewrite("R2-4", "R2-4/broadcast", "(broadcast (erase ?r))", Guard::Strict, |eg, _, s| match complete_phys(
-                eg,
-                get(s, "?r"),
-            ) {
-                Some(rt) if rt.placement == Placement::Replicated => vec![get(s, "?r")],
-                _ => vec![],
-            }),
-            rewrite(
-                "R2-4",
-                "R2-4/aggregate",
-                "(erase (lagg ?g ?k (shuffle ?q (erase ?r))))",
-                Guard::Strict,
-                move |eg, id, s| {
-                    let (Some(g), Some(rt)) = (dims(eg, get(s, "?g")), complete_phys(eg, get(s, "?r"))) else {
-                        return vec![];
-                    };
-                    if !logical(eg, id).is_some_and(|l| l.complete) {
-                        return vec![];
-                    }
-                    let placed = match &rt.placement {
-                        Placement::Replicated => true,
-                        Placement::Hash(d) => subset(d, g),
-                        Placement::Any => false,
-                    };
-                    if !placed {
-                        return vec![];
-                    }
-                    inst(eg, &agg, s).into_iter().collect()
-                },
-            ),
-        ],
-    )
+})
+            .named("canonical")
+            .unlisted()
+            .checks("`r` complete and placed `Hash(D)` on several sites, or replicated"))
+        .rw(rw("(broadcast (erase ?r))", "?r").named("broadcast").when(replicated("?r")))
+        .rw(rw("(erase (lagg ?g ?k (shuffle ?q (erase ?r))))", "(erase (lagg ?g ?k ?r))")
+            .named("aggregate")
+            .when(placed_within("?r", "?g"))
+            .when(complete_result()))
+        .build()
 }
 
 /// Non-empty proper subsets of `g`, each in `g`'s order; only singletons when
@@ -258,8 +150,9 @@ fn proper_subsets(g: &[usize]) -> Vec<Vec<usize>> {
     (1..(1usize << n) - 1).map(|mask| (0..n).filter(|i| mask & (1 << i) != 0).map(|i| g[i]).collect()).collect()
 }
 
-/// `agg-subset`: `(erase (lagg ?g ?k (shuffle ?g ?x))) = (erase (lagg ?g ?k (shuffle d ?x)))`
-/// for every non-empty `d ⊆ g` (in `g`'s order; only singletons when `|g| > 4`).
+/// `agg-subset`: an aggregation's shuffle on its group dims `g` may hash on
+/// any non-empty `d ⊆ g` instead (in `g`'s order; only singletons when
+/// `|g| > 4`).
 ///
 /// Condition: `∅ ≠ d ⊆ g`. Hashing on a subset of the group keys still puts
 /// each group on one site, so the local aggregation is complete; shuffle dims
@@ -270,26 +163,24 @@ fn proper_subsets(g: &[usize]) -> Vec<Vec<usize>> {
 /// map.
 pub fn agg_subset() -> RuleDef {
     let rhs = pat("(erase (lagg ?g ?k (shuffle ?d ?x)))").ast;
-    def(
-        "agg-subset",
-        "(erase (lagg ?g ?k (shuffle ?g ?x))) = (erase (lagg ?g ?k (shuffle d ?x))), ∅ ≠ d ⊆ g",
-        "d is a non-empty subset of the group-by dims (every group still on one site); singletons only when |g| > 4.",
-        vec![rewrite(
-            "agg-subset",
-            "agg-subset",
+    let [g, d] = vars(["?g", "?d"]);
+    Rule::new("agg-subset", FAMILY)
+        .why("hashing on a subset of the group keys still puts each group on one site")
+        .rw(Rw::apply(
             "(erase (lagg ?g ?k (shuffle ?g ?x)))",
-            Guard::Strict,
+            "(erase (lagg ?g ?k (shuffle d ?x)))",
             move |eg, _, s| {
-                let Some(g) = dims(eg, get(s, "?g")) else { return vec![] };
+                let Some(g) = dims(eg, s[g]) else { return vec![] };
                 let mut out = Vec::new();
-                for d in proper_subsets(g) {
-                    let s = with(eg, s, vec![("?d", Param::Dims(d))]);
+                for sub in proper_subsets(g) {
+                    let s = extend(eg, s, vec![(d, Bound::Leaf(Param::Dims(sub)))]);
                     out.extend(inst(eg, &rhs, &s));
                 }
                 out
             },
-        )],
-    )
+        )
+        .checks("`∅ ≠ d ⊊ g`, in `g`'s order; only singletons when `|g| > 4`"))
+        .build()
 }
 
 /// `R2-5`: two-phase aggregation, in its typed two-sort form:
@@ -309,41 +200,23 @@ pub fn agg_subset() -> RuleDef {
 /// second phase reads the partial results, whose dims are *positions in `g`*
 /// (`id_g`, `pos_g(p)`), not `r`'s dims.
 pub fn r2_5() -> RuleDef {
-    let rhs = pat("(erase (lagg ?idg ?k (shuffle ?pos (erase (lagg ?g ?k ?r)))))").ast;
-    def(
-        "R2-5",
-        "(erase (lagg ?g ?k (shuffle ?p (erase ?r)))) = (erase (lagg id_g ?k (shuffle pos_g(p) (erase (lagg ?g ?k ?r)))))",
-        "p ⊆ g; k associative and commutative; r complete and Hash(D) with D ⊄ g, so that the pre-aggregation \
-         is really partial (the paper's subset condition is garbled; the guard also stops self-rewriting).",
-        vec![rewrite(
-            "R2-5",
-            "R2-5",
+    let [g, p] = vars(["?g", "?p"]);
+    Rule::new("R2-5", FAMILY)
+        .why("an associative, commutative aggregation can pre-aggregate where the tuples are and finish after a smaller shuffle; the guard also stops self-rewriting")
+        .rw(rw(
             "(erase (lagg ?g ?k (shuffle ?p (erase ?r))))",
-            Guard::Strict,
-            move |eg, _, s| {
-                let (Some(g), Some(p), Some(k)) = (dims(eg, get(s, "?g")), dims(eg, get(s, "?p")), kernel(eg, get(s, "?k")))
-                else {
-                    return vec![];
-                };
-                let Some(rt) = complete_phys(eg, get(s, "?r")) else { return vec![] };
-                if !subset(p, g) || !k.is_assoc_comm() {
-                    return vec![];
-                }
-                match &rt.placement {
-                    Placement::Hash(d) if !subset(d, g) => {}
-                    _ => return vec![],
-                }
-                match types::local_aggregate(rt, g, k, eg.analysis.sites) {
-                    Ok(pre) if !pre.complete => {}
-                    _ => return vec![],
-                }
-                let pos: Vec<usize> = p.iter().map(|d| g.iter().position(|x| x == d).expect("p ⊆ g")).collect();
-                let idg: Vec<usize> = (0..g.len()).collect();
-                let s = with(eg, s, vec![("?idg", Param::Dims(idg)), ("?pos", Param::Dims(pos))]);
-                inst(eg, &rhs, &s).into_iter().collect()
-            },
-        )],
-    )
+            "(erase (lagg ?idg ?k (shuffle ?pos (erase (lagg ?g ?k ?r)))))",
+        )
+        .when(dims_within("?p", "?g"))
+        .when(assoc_comm("?k"))
+        .when(partial_pre_aggregation("?r", "?g", "?k"))
+        .bind(&[("?idg", "id_g"), ("?pos", "pos_g(p)")], move |eg, _, s| {
+            let (g, p) = (dims(eg, s[g])?, dims(eg, s[p])?);
+            let pos: Vec<usize> = p.iter().map(|d| g.iter().position(|x| x == d).expect("p ⊆ g")).collect();
+            let idg: Vec<usize> = (0..g.len()).collect();
+            Some(vec![Bound::Leaf(Param::Dims(idg)), Bound::Leaf(Param::Dims(pos))])
+        }))
+        .build()
 }
 
 /// `R2-6`: the three ways to place a join's operands are equal up to site:
@@ -361,29 +234,16 @@ pub fn r2_6() -> RuleDef {
     const BL: &str = "(erase (ljoin ?jl ?jr ?k (broadcast (erase ?pa)) ?pb))";
     const BR: &str = "(erase (ljoin ?jl ?jr ?k ?pa (broadcast (erase ?pb))))";
     const CO: &str = "(erase (ljoin ?jl ?jr ?k (shuffle ?jl (erase ?pa)) (shuffle ?jr (erase ?pb))))";
-    let make = |egg_name: &str, from: &str, to: [&str; 2]| {
-        let to = [pat(to[0]).ast, pat(to[1]).ast];
-        rewrite("R2-6", egg_name, from, Guard::Strict, move |eg, _, s| {
-            let mut out: Vec<Id> = inst(eg, &to[0], s).into_iter().collect();
-            out.extend(inst(eg, &to[1], s));
-            out
-        })
-    };
-    def(
-        "R2-6",
-        "(erase (ljoin … (broadcast (erase ?pa)) ?pb)) = (erase (ljoin … ?pa (broadcast (erase ?pb)))) = \
-         (erase (ljoin ?jl ?jr … (shuffle ?jl (erase ?pa)) (shuffle ?jr (erase ?pb))))",
-        "none: each form joins every matching pair exactly once.",
-        vec![
-            make("R2-6/from-bcast-left", BL, [BR, CO]),
-            make("R2-6/from-bcast-right", BR, [BL, CO]),
-            make("R2-6/from-co-partition", CO, [BL, BR]),
-        ],
-    )
+    Rule::new("R2-6", FAMILY)
+        .why("in each form every matching pair meets on some site exactly once")
+        .rw(rw(BL, BR).or(CO).named("from-bcast-left"))
+        .rw(rw(BR, BL).or(CO).named("from-bcast-right").unlisted())
+        .rw(rw(CO, BL).or(BR).named("from-co-partition").unlisted())
+        .build()
 }
 
-/// `R2-7`: `(shuffle ?p (erase (ljoin ?jl ?jr ?k ?r ?s))) =
-/// (ljoin ?jl ?jr ?k (shuffle p (erase ?r)) (shuffle p_r (erase ?s)))`.
+/// `R2-7`: a shuffle of a join's output on left join dims is a join of
+/// operands shuffled on matching join dims.
 ///
 /// Condition: every dim of `p` is a left join dim (output position `jl[i]`);
 /// `p_r` names the matching right join dims `jr[i]`. Then the operands are
@@ -396,23 +256,20 @@ pub fn r2_6() -> RuleDef {
 /// compares like with like, and `p_r` is translated to the right operand's
 /// dims through `jr`.
 pub fn r2_7() -> RuleDef {
-    let rhs = pat("(ljoin ?jl ?jr ?k (shuffle ?p (erase ?r)) (shuffle ?pr (erase ?s)))").ast;
-    def(
-        "R2-7",
-        "(shuffle ?p (erase (ljoin ?jl ?jr ?k ?r ?s))) = (ljoin ?jl ?jr ?k (shuffle p (erase ?r)) (shuffle p_r (erase ?s)))",
-        "every dim of p is a left join dim jl[i]; p_r = the matching jr[i].",
-        vec![rewrite("R2-7", "R2-7", "(shuffle ?p (erase (ljoin ?jl ?jr ?k ?r ?s)))", Guard::Strict, move |eg, _, s| {
-            let (Some(p), Some(jl), Some(jr)) = (dims(eg, get(s, "?p")), dims(eg, get(s, "?jl")), dims(eg, get(s, "?jr")))
-            else {
-                return vec![];
-            };
-            let pr: Option<Vec<usize>> =
-                p.iter().map(|d| jl.iter().position(|x| x == d).map(|i| jr[i])).collect();
-            let Some(pr) = pr else { return vec![] };
-            let s = with(eg, s, vec![("?pr", Param::Dims(pr))]);
-            inst(eg, &rhs, &s).into_iter().collect()
-        })],
-    )
+    let [p, jl, jr] = vars(["?p", "?jl", "?jr"]);
+    Rule::new("R2-7", FAMILY)
+        .why("operands co-partitioned on matching join dims meet, and the join's output is placed `Hash(p)` like the left side")
+        .rw(rw(
+            "(shuffle ?p (erase (ljoin ?jl ?jr ?k ?r ?s)))",
+            "(ljoin ?jl ?jr ?k (shuffle ?p (erase ?r)) (shuffle ?pr (erase ?s)))",
+        )
+        .checks("every dim of `p` is a left join dim `jl[i]`; `p_r` = the matching `jr[i]`")
+        .bind(&[("?pr", "p_r")], move |eg, _, s| {
+            let (p, jl, jr) = (dims(eg, s[p])?, dims(eg, s[jl])?, dims(eg, s[jr])?);
+            let pr: Vec<usize> = p.iter().map(|d| jl.iter().position(|x| x == d).map(|i| jr[i])).collect::<Option<_>>()?;
+            Some(vec![Bound::Leaf(Param::Dims(pr))])
+        }))
+        .build()
 }
 
 /// `R2-7b`: a shuffle of a broadcast join is a join with the other side shuffled:
@@ -431,61 +288,32 @@ pub fn r2_7() -> RuleDef {
 /// dims (its non-join dims in order after `la`, or `jr[i]` for a left join
 /// dim).
 pub fn r2_7b() -> RuleDef {
-    let left_bcast = pat("(ljoin ?jl ?jr ?k (broadcast ?a) (shuffle ?pp (erase ?pb)))").ast;
-    let right_bcast = pat("(ljoin ?jl ?jr ?k (shuffle ?p (erase ?pa)) (broadcast ?b))").ast;
-    def(
-        "R2-7b",
-        "(shuffle ?p (erase (ljoin … (broadcast ?a) ?pb))) = (ljoin … (broadcast ?a) (shuffle p' (erase ?pb))); mirror",
-        "p names only output dims from the non-broadcast side; p' = their positions in that operand.",
-        vec![
-            rewrite(
-                "R2-7b",
-                "R2-7b/bcast-left",
-                "(shuffle ?p (erase (ljoin ?jl ?jr ?k (broadcast ?a) ?pb)))",
-                Guard::Strict,
-                move |eg, _, s| {
-                    let (Some(p), Some(jl), Some(jr)) =
-                        (dims(eg, get(s, "?p")), dims(eg, get(s, "?jl")), dims(eg, get(s, "?jr")))
-                    else {
-                        return vec![];
-                    };
-                    let (Some(la), Some(bt)) = (crate::support::arity(eg, get(s, "?a")), phys(eg, get(s, "?pb")))
-                    else {
-                        return vec![];
-                    };
-                    let rest: Vec<usize> = (0..bt.rel.key_arity()).filter(|d| !jr.contains(d)).collect();
-                    let pp: Option<Vec<usize>> = p
-                        .iter()
-                        .map(|&d| {
-                            if d >= la {
-                                rest.get(d - la).copied()
-                            } else {
-                                jl.iter().position(|&x| x == d).map(|i| jr[i])
-                            }
-                        })
-                        .collect();
-                    let Some(pp) = pp else { return vec![] };
-                    let s = with(eg, s, vec![("?pp", Param::Dims(pp))]);
-                    inst(eg, &left_bcast, &s).into_iter().collect()
-                },
-            ),
-            rewrite(
-                "R2-7b",
-                "R2-7b/bcast-right",
-                "(shuffle ?p (erase (ljoin ?jl ?jr ?k ?pa (broadcast ?b))))",
-                Guard::Strict,
-                move |eg, _, s| {
-                    let (Some(p), Some(at)) = (dims(eg, get(s, "?p")), phys(eg, get(s, "?pa"))) else {
-                        return vec![];
-                    };
-                    if p.iter().any(|&d| d >= at.rel.key_arity()) {
-                        return vec![];
-                    }
-                    inst(eg, &right_bcast, s).into_iter().collect()
-                },
-            ),
-        ],
-    )
+    let [p, jl, jr, a, pb] = vars(["?p", "?jl", "?jr", "?a", "?pb"]);
+    Rule::new("R2-7b", FAMILY)
+        .why("the broadcast side is everywhere, so the join's output is placed as its other side is")
+        .rw(rw(
+            "(shuffle ?p (erase (ljoin ?jl ?jr ?k (broadcast ?a) ?pb)))",
+            "(ljoin ?jl ?jr ?k (broadcast ?a) (shuffle ?pp (erase ?pb)))",
+        )
+        .named("bcast-left")
+        .checks("`p` names only output dims from `pb` (right non-join dims, or left join dims); `p'` = their positions in `pb`")
+        .bind(&[("?pp", "p'")], move |eg, _, s| {
+            let (p, jl, jr) = (dims(eg, s[p])?, dims(eg, s[jl])?, dims(eg, s[jr])?);
+            let (la, bt) = (arity(eg, s[a])?, phys(eg, s[pb])?);
+            let rest: Vec<usize> = (0..bt.rel.key_arity()).filter(|d| !jr.contains(d)).collect();
+            let pp: Vec<usize> = p
+                .iter()
+                .map(|&d| if d >= la { rest.get(d - la).copied() } else { jl.iter().position(|&x| x == d).map(|i| jr[i]) })
+                .collect::<Option<_>>()?;
+            Some(vec![Bound::Leaf(Param::Dims(pp))])
+        }))
+        .rw(rw(
+            "(shuffle ?p (erase (ljoin ?jl ?jr ?k ?pa (broadcast ?b))))",
+            "(ljoin ?jl ?jr ?k (shuffle ?p (erase ?pa)) (broadcast ?b))",
+        )
+        .named("bcast-right")
+        .when(dims_of("?p", "?pa")))
+        .build()
 }
 
 #[cfg(test)]

@@ -25,9 +25,8 @@ use egg::Language;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use tra_executor::reference::{self, AnyLayout, Block, PhysRelation, Relation, Site};
-use tra_optimizer::egraph::{ClassData, Ia, OracleValue, Param, TraEGraph, ValueOracle};
-use tra_optimizer::kernel::KernelRef;
-use tra_optimizer::keyexpr::{Key, KeyFn, Predicate};
+use tra_optimizer::egraph::{nodes, ClassData, Ia, OracleValue, Param, TraEGraph, ValueOracle};
+use tra_optimizer::keyexpr::{Key, KeyFn};
 use tra_optimizer::placement::site_of;
 use tra_optimizer::program::{IaOp, InputDecl, PlacementDecl, Plan, Program, TraOp};
 
@@ -172,39 +171,7 @@ pub fn same_value(a: &Value, b: &Value, sites: usize) -> Result<(), String> {
 // Parameters and operators of e-nodes.
 
 fn param(eg: &TraEGraph, id: egg::Id) -> Result<&Param, String> {
-    eg[id].data.param().ok_or_else(|| format!("expected a parameter leaf, found {:?}", eg[id].data))
-}
-fn dims(eg: &TraEGraph, id: egg::Id) -> Result<Vec<usize>, String> {
-    match param(eg, id)? {
-        Param::Dims(d) => Ok(d.clone()),
-        p => Err(format!("expected dims, found {p}")),
-    }
-}
-fn kernel(eg: &TraEGraph, id: egg::Id) -> Result<KernelRef, String> {
-    match param(eg, id)? {
-        Param::Kernel(k) => Ok(k.clone()),
-        p => Err(format!("expected a kernel, found {p}")),
-    }
-}
-fn opt_kernel(eg: &TraEGraph, id: egg::Id) -> Result<Option<KernelRef>, String> {
-    match param(eg, id)? {
-        Param::Kernel(k) => Ok(Some(k.clone())),
-        Param::Id => Ok(None),
-        p => Err(format!("expected a kernel or id, found {p}")),
-    }
-}
-fn opt_key(eg: &TraEGraph, id: egg::Id) -> Result<Option<KeyFn>, String> {
-    match param(eg, id)? {
-        Param::Key(k) => Ok(Some(k.clone())),
-        Param::Id => Ok(None),
-        p => Err(format!("expected a key expression or id, found {p}")),
-    }
-}
-fn pred(eg: &TraEGraph, id: egg::Id) -> Result<Predicate, String> {
-    match param(eg, id)? {
-        Param::Pred(p) => Ok(p.clone()),
-        p => Err(format!("expected a predicate, found {p}")),
-    }
+    nodes::leaf(eg, id).map_err(|e| e.to_string())
 }
 
 /// True for the TRA (L-sort, not executable) operators.
@@ -218,67 +185,15 @@ pub fn is_tra(n: &Ia) -> bool {
 /// The TRA operator of a TRA node, its operands named by `names` (one per
 /// relation operand, in order), and the operand classes.
 pub fn tra_op(eg: &TraEGraph, node: &Ia, names: &[&str]) -> Result<(TraOp, Vec<egg::Id>), String> {
-    let n = |i: usize| names.get(i).map(|s| s.to_string()).ok_or("too few operand names".to_string());
-    Ok(match node {
-        Ia::Join([jl, jr, k, a, b]) => (
-            TraOp::Join {
-                left: n(0)?,
-                right: n(1)?,
-                left_keys: dims(eg, *jl)?,
-                right_keys: dims(eg, *jr)?,
-                kernel: kernel(eg, *k)?,
-            },
-            vec![*a, *b],
-        ),
-        Ia::Aggregate([g, k, x]) => {
-            (TraOp::Aggregate { input: n(0)?, group_by: dims(eg, *g)?, kernel: kernel(eg, *k)? }, vec![*x])
-        }
-        Ia::Rekey([f, x]) => {
-            let key = opt_key(eg, *f)?.ok_or("a rekey whose key map is `id`")?;
-            (TraOp::Rekey { input: n(0)?, key }, vec![*x])
-        }
-        Ia::Filter([p, x]) => (TraOp::Filter { input: n(0)?, predicate: pred(eg, *p)? }, vec![*x]),
-        Ia::Transform([k, x]) => (TraOp::Transform { input: n(0)?, kernel: kernel(eg, *k)? }, vec![*x]),
-        Ia::Tile([ds, x]) => {
-            let d = dims(eg, *ds)?;
-            let [dim, size] = d[..] else { return Err(format!("tile parameters {d:?}")) };
-            (TraOp::Tile { input: n(0)?, dim, size }, vec![*x])
-        }
-        Ia::Concat([ds, x]) => {
-            let d = dims(eg, *ds)?;
-            let [key_dim, array_dim] = d[..] else { return Err(format!("concat parameters {d:?}")) };
-            (TraOp::Concat { input: n(0)?, key_dim, array_dim }, vec![*x])
-        }
-        other => return Err(format!("{other} is not a TRA operator")),
-    })
+    let op = nodes::tra_op(node, |id| nodes::leaf(eg, id), names).map_err(|e| e.to_string())?;
+    Ok((op, nodes::operands(node)))
 }
 
 /// The IA operator of a shuffle, broadcast or local node, its operands named
 /// by `names`, and the operand classes.
 pub fn ia_op(eg: &TraEGraph, node: &Ia, names: &[&str]) -> Result<(IaOp, Vec<egg::Id>), String> {
-    let n = |i: usize| names.get(i).map(|s| s.to_string()).ok_or("too few operand names".to_string());
-    Ok(match node {
-        Ia::Shuffle([d, x]) => (IaOp::Shuffle { input: n(0)?, dims: dims(eg, *d)? }, vec![*x]),
-        Ia::Broadcast(x) => (IaOp::Broadcast { input: n(0)? }, vec![*x]),
-        Ia::LJoin([jl, jr, k, a, b]) => (
-            IaOp::LocalJoin {
-                left: n(0)?,
-                right: n(1)?,
-                left_keys: dims(eg, *jl)?,
-                right_keys: dims(eg, *jr)?,
-                kernel: kernel(eg, *k)?,
-            },
-            vec![*a, *b],
-        ),
-        Ia::LAgg([g, k, x]) => {
-            (IaOp::LocalAggregate { input: n(0)?, group_by: dims(eg, *g)?, kernel: kernel(eg, *k)? }, vec![*x])
-        }
-        Ia::LFilter([p, x]) => (IaOp::LocalFilter { input: n(0)?, predicate: pred(eg, *p)? }, vec![*x]),
-        Ia::LMap([f, k, x]) => {
-            (IaOp::LocalMap { input: n(0)?, key: opt_key(eg, *f)?, kernel: opt_kernel(eg, *k)? }, vec![*x])
-        }
-        other => return Err(format!("{other} is not an IA operator")),
-    })
+    let op = nodes::ia_op(node, |id| nodes::leaf(eg, id), names).map_err(|e| e.to_string())?;
+    Ok((op, nodes::operands(node)))
 }
 
 /// Key arity and block shape of a class (from its type), for empty values.
@@ -452,10 +367,7 @@ impl RefOracle {
         match node {
             Ia::Param(p) => Err(format!("a parameter {p} has no value")),
             Ia::Input(n) => {
-                let name = match param(eg, *n)? {
-                    Param::Name(s) => s.clone(),
-                    p => return Err(format!("input of a non-name {p}")),
-                };
+                let name = param(eg, *n)?.as_name().map_err(|e| e.to_string())?.to_string();
                 let decl = eg.analysis.inputs.get(&name).ok_or_else(|| format!("unknown input {name}"))?;
                 let rel = self.data.get(&name).ok_or_else(|| format!("no data for input {name}"))?;
                 reference::place(rel, &decl.placement, self.sites, self.layout).map(Value::P).map_err(|e| e.to_string())

@@ -111,16 +111,13 @@ fn a_rule_that_panics_in_its_applier_is_left_out_too() {
     // Not a failed merge: a bug inside the rule's own code (as once
     // `KeyFn::replicate` on an empty range in matmul-rmm). The rule is named;
     // the node is not known.
-    use tra_tests::soundness::build::{rewrite, rule};
+    use tra_rules::build::{Family, Rule, Rw};
     let broken = || {
-        rule(
-            "R2-6",
-            "(erase (ljoin …)) = …",
-            "none",
-            vec![rewrite("R2-6", "R2-6/panics", "(erase (ljoin ?jl ?jr ?k ?a ?b))", |_, _, _| {
-                panic!("a bug in the applier")
-            })],
-        )
+        Rule::new("R2-6", Family::R2)
+            .why("a rule whose applier panics")
+            .rw(Rw::apply("(erase (ljoin ?jl ?jr ?k ?a ?b))", "…", |_, _, _| panic!("a bug in the applier"))
+                .named("panics"))
+            .build()
     };
     let rules: Vec<RuleDef> =
         tra_rules::all().into_iter().map(|r| if r.name == "R2-6" { broken() } else { r }).collect();

@@ -51,7 +51,7 @@ impl Run {
 
     /// The parameter bound to `v`.
     pub fn param(&self, s: &Subst, v: &str) -> Param {
-        self.eg[s[v.parse().unwrap()]].data.param().cloned().expect("a parameter")
+        tra_optimizer::egraph::nodes::leaf(&self.eg, s[v.parse().unwrap()]).cloned().expect("a parameter")
     }
 
     /// Total e-nodes.

@@ -30,7 +30,7 @@
 use egg::{ENodeOrVar, Id, Language, PatternAst, Subst};
 use std::collections::BTreeSet;
 use std::sync::OnceLock;
-use tra_optimizer::egraph::{Ia, Param, TraEGraph};
+use tra_optimizer::egraph::{nodes, Ia, TraEGraph};
 use tra_optimizer::kernel::KernelRef;
 use tra_optimizer::keyexpr::KeyFn;
 
@@ -172,11 +172,8 @@ pub fn cells(eg: &TraEGraph, ast: &PatternAst<Ia>, subst: &Subst) -> Vec<Cell> {
         ids.push(id);
     }
     let class = |c: &Id| ids[usize::from(*c)];
-    let param = |c: &Id| class(c).and_then(|i| eg[i].data.param().cloned());
-    let kernel = |c: &Id| match param(c) {
-        Some(Param::Kernel(k)) => Some(k),
-        _ => None,
-    };
+    let param = |c: &Id| class(c).and_then(|i| nodes::leaf(eg, i).ok());
+    let kernel = |c: &Id| param(c).and_then(|p| p.as_kernel().ok()).cloned();
     // Key maps (with the class they read), map kernels, binary kernels.
     let mut key_maps: Vec<(Option<KeyFn>, Id)> = Vec::new();
     let mut unary: Vec<KernelRef> = Vec::new();
@@ -186,13 +183,13 @@ pub fn cells(eg: &TraEGraph, ast: &PatternAst<Ia>, subst: &Subst) -> Vec<Cell> {
         match node {
             Ia::LMap([f, k, x]) => {
                 if let (Some(key), Some(x)) = (param(f), class(x)) {
-                    key_maps.push((if let Param::Key(k) = key { Some(k) } else { None }, x));
+                    key_maps.push((key.as_key().ok().cloned(), x));
                 }
                 unary.extend(kernel(k));
             }
             Ia::Rekey([f, x]) => {
                 if let (Some(key), Some(x)) = (param(f), class(x)) {
-                    key_maps.push((if let Param::Key(k) = key { Some(k) } else { None }, x));
+                    key_maps.push((key.as_key().ok().cloned(), x));
                 }
             }
             Ia::Transform([k, _]) => unary.extend(kernel(k)),

@@ -26,7 +26,6 @@
 //! test at once, as the optimizer runs them.
 #![allow(clippy::result_large_err)]
 
-pub mod build;
 pub mod coverage;
 pub mod generators;
 pub mod mutants;

@@ -6,12 +6,13 @@
 //! generator and credits the nodes it builds to that name. The soundness test
 //! requires the harness to report every one of them as a failure.
 
-use super::build::{
-    arity, complete_phys, dims, get, identity_key, inst, kernel, pat, pred, rewrite, rewrite_to, rule, with,
-};
 use tra_optimizer::egraph::{Param, TraEGraph};
-use tra_optimizer::rule::RuleDef;
-use tra_optimizer::types::{self, Placement};
+use tra_optimizer::types;
+use tra_rules::build::{
+    arity, complete_phys, dims, extend, inst, is_identity_key, kernel, pat, pred, rw, vars, Bound, Cond, Family, Rule,
+    RuleDef, Rw,
+};
+use tra_rules::cond::{distributes, identity_key, identity_key_on_groups};
 
 /// A mutant: what it changes, and the rule it stands for.
 pub struct Mutant {
@@ -104,20 +105,17 @@ pub fn all() -> Vec<Mutant> {
     ]
 }
 
+/// The condition "`x` is complete", named.
+fn complete(x: &str) -> Cond {
+    let [v] = vars([x]);
+    Cond::new(format!("`{}` complete", x.trim_start_matches('?')), move |eg, _, s| complete_phys(eg, s[v]).is_some())
+}
+
 fn r2_4_no_condition() -> RuleDef {
-    rule(
-        "R2-4",
-        "(shuffle ?p (erase ?r)) = ?r",
-        "MUTANT: r complete (the placement condition is dropped)",
-        vec![rewrite("R2-4", "R2-4/mutant", "(shuffle ?p (erase ?r))", |eg, _, s| {
-            let r = get(s, "?r");
-            if complete_phys(eg, r).is_some() {
-                vec![r]
-            } else {
-                vec![]
-            }
-        })],
-    )
+    Rule::new("R2-4", Family::R2)
+        .why("MUTANT: r complete (the placement condition is dropped)")
+        .rw(rw("(shuffle ?p (erase ?r))", "?r").named("mutant").when(complete("?r")))
+        .build()
 }
 
 fn subsets(n: usize) -> Vec<Vec<usize>> {
@@ -126,137 +124,102 @@ fn subsets(n: usize) -> Vec<Vec<usize>> {
 
 fn agg_subset_any_dims() -> RuleDef {
     let rhs = pat("(erase (lagg ?g ?k (shuffle ?d ?x)))").ast;
-    rule(
-        "agg-subset",
-        "(erase (lagg ?g ?k (shuffle ?g ?x))) = (erase (lagg ?g ?k (shuffle d ?x)))",
-        "MUTANT: any non-empty d (the condition d ⊆ g is dropped)",
-        vec![rewrite("agg-subset", "agg-subset/mutant", "(erase (lagg ?g ?k (shuffle ?g ?x)))", move |eg, _, s| {
-            let (Some(g), Some(n)) = (dims(eg, get(s, "?g")), arity(eg, get(s, "?x"))) else { return vec![] };
-            let mut out = Vec::new();
-            for d in subsets(n.min(4)) {
-                if d != g {
-                    let s = with(eg, s, vec![("?d", Param::Dims(d))]);
-                    out.extend(inst(eg, &rhs, &s));
+    let [g, x, d] = vars(["?g", "?x", "?d"]);
+    Rule::new("agg-subset", Family::R2)
+        .why("MUTANT: any non-empty d (the condition d ⊆ g is dropped)")
+        .rw(Rw::apply(
+            "(erase (lagg ?g ?k (shuffle ?g ?x)))",
+            "(erase (lagg ?g ?k (shuffle d ?x)))",
+            move |eg, _, s| {
+                let (Some(g), Some(n)) = (dims(eg, s[g]).map(<[usize]>::to_vec), arity(eg, s[x])) else {
+                    return vec![];
+                };
+                let mut out = Vec::new();
+                for sub in subsets(n.min(4)) {
+                    if sub != g {
+                        let s = extend(eg, s, vec![(d, Bound::Leaf(Param::Dims(sub)))]);
+                        out.extend(inst(eg, &rhs, &s));
+                    }
                 }
-            }
-            out
-        })],
-    )
+                out
+            },
+        )
+        .named("mutant"))
+        .build()
 }
 
 fn r1_3_any_key_map() -> RuleDef {
-    rule(
-        "R1-3",
-        "(lfilter ?p (lmap ?f ?k ?x)) = (lmap ?f ?k (lfilter ?p ?x))",
-        "MUTANT: none (the identity-key-map condition is dropped)",
-        vec![rewrite_to(
-            "R1-3",
-            "R1-3/mutant",
-            "(lfilter ?p (lmap ?f ?k ?x))",
-            "(lmap ?f ?k (lfilter ?p ?x))",
-            |_, _, _| Some(vec![]),
-        )],
-    )
+    Rule::new("R1-3", Family::R1)
+        .why("MUTANT: none (the identity-key-map condition is dropped)")
+        .rw(rw("(lfilter ?p (lmap ?f ?k ?x))", "(lmap ?f ?k (lfilter ?p ?x))").named("mutant"))
+        .build()
 }
 
 fn r1_5_not_renamed() -> RuleDef {
-    rule(
-        "R1-5",
-        "(lfilter ?p (lagg ?g ?k ?x)) = (lagg ?g ?k (lfilter ?p ?x))",
-        "MUTANT: the predicate is not renamed to the group-by dims",
-        vec![rewrite_to(
-            "R1-5",
-            "R1-5/mutant",
-            "(lfilter ?p (lagg ?g ?k ?x))",
-            "(lagg ?g ?k (lfilter ?p ?x))",
-            |eg, _, s| {
-                let (p, g, k) = (pred(eg, get(s, "?p"))?, dims(eg, get(s, "?g"))?, kernel(eg, get(s, "?k"))?);
-                if types::concat_params(&k).is_some() || p.dims_read().iter().any(|&d| d >= g.len()) {
-                    return None;
-                }
-                Some(vec![])
+    let [p, g, k] = vars(["?p", "?g", "?k"]);
+    Rule::new("R1-5", Family::R1)
+        .why("MUTANT: the predicate is not renamed to the group-by dims")
+        .rw(rw("(lfilter ?p (lagg ?g ?k ?x))", "(lagg ?g ?k (lfilter ?p ?x))").named("mutant").when(Cond::new(
+            "`k` not concat, `p` reads only group dims",
+            move |eg, _, s| {
+                let (Some(p), Some(g), Some(k)) = (pred(eg, s[p]), dims(eg, s[g]), kernel(eg, s[k])) else {
+                    return false;
+                };
+                types::concat_params(k).is_none() && p.dims_read().iter().all(|&d| d < g.len())
             },
-        )],
-    )
+        )))
+        .build()
 }
 
 fn r2_7b_both_broadcast() -> RuleDef {
-    rule(
-        "R2-7b",
-        "(shuffle ?p (erase (ljoin … (broadcast ?a) ?pb))) = (ljoin … (broadcast ?a) (broadcast (erase ?pb)))",
-        "MUTANT: p from the non-broadcast side, which is broadcast instead of shuffled",
-        vec![rewrite_to(
-            "R2-7b",
-            "R2-7b/mutant",
+    Rule::new("R2-7b", Family::R2)
+        .why("MUTANT: p from the non-broadcast side, which is broadcast instead of shuffled")
+        .rw(rw(
             "(shuffle ?p (erase (ljoin ?jl ?jr ?k (broadcast ?a) ?pb)))",
             "(ljoin ?jl ?jr ?k (broadcast ?a) (broadcast (erase ?pb)))",
-            |_, _, _| Some(vec![]),
-        )],
-    )
+        )
+        .named("mutant"))
+        .build()
 }
 
 fn r2_6_swapped() -> RuleDef {
-    rule(
-        "R2-6",
-        "(erase (ljoin ?jl ?jr ?k (broadcast (erase ?pa)) ?pb)) = (erase (ljoin ?jr ?jl ?k ?pb (broadcast (erase ?pa))))",
-        "MUTANT: operands (and key lists) swapped, kernel kept",
-        vec![rewrite_to(
-            "R2-6",
-            "R2-6/mutant",
+    Rule::new("R2-6", Family::R2)
+        .why("MUTANT: operands (and key lists) swapped, kernel kept")
+        .rw(rw(
             "(erase (ljoin ?jl ?jr ?k (broadcast (erase ?pa)) ?pb))",
             "(erase (ljoin ?jr ?jl ?k ?pb (broadcast (erase ?pa))))",
-            |_, _, _| Some(vec![]),
-        )],
-    )
+        )
+        .named("mutant"))
+        .build()
 }
 
 fn lower_aggregate_no_shuffle() -> RuleDef {
-    rule(
-        "lower-aggregate",
-        "(aggregate ?g ?k (erase ?p)) = (erase (lagg ?g ?k ?p))",
-        "MUTANT: none (the shuffle on the group-by dims is dropped)",
-        vec![rewrite_to(
-            "lower-aggregate",
-            "lower-aggregate/mutant",
-            "(aggregate ?g ?k (erase ?p))",
-            "(erase (lagg ?g ?k ?p))",
-            |_, _, _| Some(vec![]),
-        )],
-    )
+    Rule::new("lower-aggregate", Family::Lowering)
+        .why("MUTANT: none (the shuffle on the group-by dims is dropped)")
+        .rw(rw("(aggregate ?g ?k (erase ?p))", "(erase (lagg ?g ?k ?p))").named("mutant"))
+        .build()
 }
 
 fn matmul_bmm_wrong_shuffle() -> RuleDef {
-    rule(
-        "matmul-bmm",
-        "(aggregate [0,2] matAdd (join [1] [0] matMul ?x ?y)) = \
-         (erase (lagg [0,2] matAdd (ljoin [1] [0] matMul (broadcast ?x) (shuffle [0] ?y))))",
-        "MUTANT: Y shuffled on its join dim",
-        vec![rewrite_to(
-            "matmul-bmm",
-            "matmul-bmm/mutant",
+    Rule::new("matmul-bmm", Family::Matmul)
+        .why("MUTANT: Y shuffled on its join dim")
+        .rw(rw(
             "(aggregate [0,2] kernel:matAdd (join [1] [0] kernel:matMul ?x ?y))",
             "(erase (lagg [0,2] kernel:matAdd (ljoin [1] [0] kernel:matMul (broadcast ?x) (shuffle [0] ?y))))",
-            |_, _, _| Some(vec![]),
-        )],
-    )
+        )
+        .named("mutant"))
+        .build()
 }
 
 fn r1_4_no_distributivity() -> RuleDef {
-    rule(
-        "R1-4",
-        "(lmap id ?m (lagg ?g ?agg ?x)) = (lagg ?g ?agg (lmap id ?m ?x))",
-        "MUTANT: identity key map (distributivity of m over agg is not checked)",
-        vec![rewrite_to(
-            "R1-4",
-            "R1-4/mutant",
-            "(lmap ?f ?m (lagg ?g ?agg ?x))",
-            "(lagg ?g ?agg (lmap id ?m ?x))",
-            |eg, _, s| {
-                let g = dims(eg, get(s, "?g"))?;
-                (identity_key(eg, get(s, "?f"), g.len()) && kernel(eg, get(s, "?m")).is_some()).then(Vec::new)
-            },
-        )],
-    )
+    let [m] = vars(["?m"]);
+    Rule::new("R1-4", Family::R1)
+        .why("MUTANT: identity key map (distributivity of m over agg is not checked)")
+        .rw(rw("(lmap ?f ?m (lagg ?g ?agg ?x))", "(lagg ?g ?agg (lmap id ?m ?x))")
+            .named("mutant")
+            .when(identity_key_on_groups("?f", "?g"))
+            .when(Cond::new("`m` is a kernel", move |eg, _, s| kernel(eg, s[m]).is_some())))
+        .build()
 }
 
 /// R1-4 as it was before the arity fix: both directions and the
@@ -264,81 +227,46 @@ fn r1_4_no_distributivity() -> RuleDef {
 /// of the map's *output* (the matched class) where the map reads the
 /// aggregate's keys.
 fn r1_4_output_arity() -> RuleDef {
-    let distributes = |eg: &TraEGraph, s: &egg::Subst| match (kernel(eg, get(s, "?m")), kernel(eg, get(s, "?agg"))) {
-        (Some(m), Some(agg)) => m.distributes_over(&agg),
-        _ => false,
-    };
-    rule(
-        "R1-4",
-        "(lmap id ?m (lagg ?g ?agg ?x)) = (lagg ?g ?agg (lmap id ?m ?x))",
-        "MUTANT: m distributes over agg and the key map is the identity on keys of the map's output arity",
-        vec![
-            rewrite_to(
-                "R1-4",
-                "R1-4/mutant-push-down",
-                "(lmap ?f ?m (lagg ?g ?agg ?x))",
-                "(lagg ?g ?agg (lmap id ?m ?x))",
-                move |eg, id, s| {
-                    let t = eg[id].data.phys()?;
-                    (identity_key(eg, get(s, "?f"), t.rel.key_arity()) && distributes(eg, s)).then(Vec::new)
-                },
-            ),
-            rewrite_to(
-                "R1-4",
-                "R1-4/mutant-pull-up",
-                "(lagg ?g ?agg (lmap ?f ?m ?x))",
-                "(lmap id ?m (lagg ?g ?agg ?x))",
-                move |eg, _, s| {
-                    let xt = complete_phys(eg, get(s, "?x"))?;
-                    (identity_key(eg, get(s, "?f"), xt.rel.key_arity()) && distributes(eg, s)).then(Vec::new)
-                },
-            ),
-        ],
-    )
+    let [f] = vars(["?f"]);
+    let output_arity = Cond::new("`f` is the identity on the map's output arity", move |eg: &TraEGraph, id, s| {
+        eg[id].data.phys().is_some_and(|t| is_identity_key(eg, s[f], t.rel.key_arity()))
+    });
+    Rule::new("R1-4", Family::R1)
+        .why("MUTANT: m distributes over agg and the key map is the identity on keys of the map's output arity")
+        .rw(rw("(lmap ?f ?m (lagg ?g ?agg ?x))", "(lagg ?g ?agg (lmap id ?m ?x))")
+            .named("mutant-push-down")
+            .when(output_arity)
+            .when(distributes("?m", "?agg")))
+        .rw(rw("(lagg ?g ?agg (lmap ?f ?m ?x))", "(lmap id ?m (lagg ?g ?agg ?x))")
+            .named("mutant-pull-up")
+            .when(identity_key("?f", "?x"))
+            .when(distributes("?m", "?agg")))
+        .build()
 }
 
 fn r2_3_unconditional() -> RuleDef {
-    rule(
-        "R2-3",
-        "(shuffle ?d (erase (lmap ?f ?k ?x))) = (lmap ?f ?k (shuffle ?d (erase ?x)))",
-        "MUTANT: any key map (the paper's unconditional form)",
-        vec![rewrite_to(
-            "R2-3",
-            "R2-3/mutant",
-            "(shuffle ?d (erase (lmap ?f ?k ?x)))",
-            "(lmap ?f ?k (shuffle ?d (erase ?x)))",
-            |_, _, _| Some(vec![]),
-        )],
-    )
+    Rule::new("R2-3", Family::R2)
+        .why("MUTANT: any key map (the paper's unconditional form)")
+        .rw(rw("(shuffle ?d (erase (lmap ?f ?k ?x)))", "(lmap ?f ?k (shuffle ?d (erase ?x)))").named("mutant"))
+        .build()
 }
 
 fn r2_5_wrong_positions() -> RuleDef {
-    rule(
-        "R2-5",
-        "(erase (lagg ?g ?k (shuffle ?p (erase ?r)))) = (erase (lagg ?g ?k (shuffle pos_g(p) (erase (lagg ?g ?k ?r)))))",
-        "MUTANT: as R2-5, but the second phase groups by g",
-        vec![rewrite_to(
-            "R2-5",
-            "R2-5/mutant",
+    let [g, p] = vars(["?g", "?p"]);
+    Rule::new("R2-5", Family::R2)
+        .why("MUTANT: as R2-5, but the second phase groups by g")
+        .rw(rw(
             "(erase (lagg ?g ?k (shuffle ?p (erase ?r))))",
             "(erase (lagg ?g ?k (shuffle ?pos (erase (lagg ?g ?k ?r)))))",
-            |eg: &TraEGraph, _, s| {
-                let (g, p, k) = (dims(eg, get(s, "?g"))?, dims(eg, get(s, "?p"))?, kernel(eg, get(s, "?k"))?);
-                let rt = complete_phys(eg, get(s, "?r"))?;
-                if !p.iter().all(|d| g.contains(d)) || !k.is_assoc_comm() {
-                    return None;
-                }
-                match &rt.placement {
-                    Placement::Hash(d) if !d.iter().all(|x| g.contains(x)) => {}
-                    _ => return None,
-                }
-                match types::local_aggregate(rt, &g, &k, eg.analysis.sites) {
-                    Ok(pre) if !pre.complete => {}
-                    _ => return None,
-                }
-                let pos: Vec<usize> = p.iter().map(|d| g.iter().position(|x| x == d).expect("p ⊆ g")).collect();
-                Some(vec![("?pos", Param::Dims(pos))])
-            },
-        )],
-    )
+        )
+        .named("mutant")
+        .when(tra_rules::cond::dims_within("?p", "?g"))
+        .when(tra_rules::cond::assoc_comm("?k"))
+        .when(tra_rules::cond::partial_pre_aggregation("?r", "?g", "?k"))
+        .bind(&[("?pos", "pos_g(p)")], move |eg, _, s| {
+            let (g, p) = (dims(eg, s[g])?, dims(eg, s[p])?);
+            let pos: Vec<usize> = p.iter().map(|d| g.iter().position(|x| x == d).expect("p ⊆ g")).collect();
+            Some(vec![Bound::Leaf(Param::Dims(pos))])
+        }))
+        .build()
 }
