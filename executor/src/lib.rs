@@ -5,4 +5,5 @@ pub mod cluster;
 pub mod kernels;
 pub mod npy;
 pub mod reference;
+pub mod semantics;
 pub mod threads;

@@ -40,7 +40,7 @@ use super::ops::{self, bad, concat_count, concat_kernel, is_mat_add, project, Ex
 use super::output::OutputFile;
 use super::supervise::guarded;
 use super::wire::{pool, Batch, Body, Item, EVERY_TAG};
-use crate::reference::{evaluation_order, AnyLayout, InterpError};
+use crate::semantics::{evaluation_order, AnyLayout, InterpError};
 use crate::threads::kernels::{FastKernel, MatMulKind};
 use crate::threads::{Block, Elem, NodeStats, PhysValue, SharedBlock, Tuple};
 use serde::{Deserialize, Serialize};
@@ -1719,7 +1719,7 @@ fn expected_keys<T: Elem>(p: &Proc<T>, node: &str, me: usize) -> Option<(Vec<Key
     let input_keys = |name: &str| -> Option<Vec<Key>> {
         let decl = p.prep.plan.inputs.get(name)?;
         match p.inputs.get(name)? {
-            InputData::File(_) => input::bounds(name, decl).ok().map(|(kb, _)| crate::reference::all_keys(&kb)),
+            InputData::File(_) => input::bounds(name, decl).ok().map(|(kb, _)| crate::semantics::all_keys(&kb)),
             InputData::Memory(rel) => Some(rel.tuples.iter().map(|t| t.0.clone()).collect()),
         }
     };

@@ -39,7 +39,7 @@ pub use dataflow::{run_process, ClusterError, ClusterRun, Comm, PeerWatch, RunCo
 pub use input::InputData;
 pub use job::{JobReport, JobSpec};
 
-use crate::reference::AnyLayout;
+use crate::semantics::AnyLayout;
 use crate::threads::{Elem, TRelation};
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -44,7 +44,7 @@ pub use kernels::FastKernel;
 pub use pool::{Block, Pool, PoolStats, SharedBlock};
 pub use runtime::{NodeStats, PhysValue, Progress, RunOptions, RunReport, TRelation, ThreadRun, ThreadRuntime, Tuple};
 
-use crate::reference::{AnyLayout, Block as RefBlock, IaRun, InterpError, PhysRelation, PhysTuple, Relation, Site};
+use crate::semantics::{AnyLayout, Block as RefBlock, IaRun, InterpError, PhysRelation, PhysTuple, Relation, Site};
 use std::collections::BTreeMap;
 use std::sync::{Arc, OnceLock};
 use tra_optimizer::program::Plan;

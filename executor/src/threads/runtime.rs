@@ -21,7 +21,7 @@
 //! single-threaded.
 //!
 //! Semantics are those of the reference interpreter ([`crate::reference`]),
-//! including [`Site::Everywhere`](crate::reference::Site::Everywhere) for replicated tuples, partial aggregates,
+//! including [`Site::Everywhere`](crate::semantics::Site::Everywhere) for replicated tuples, partial aggregates,
 //! the order of folds, `local_map`'s pairing of blocks and keys and the count
 //! of floats moved: every test compares the two.
 //!
@@ -37,7 +37,7 @@
 use super::elem::Elem;
 use super::kernels::{FastKernel, MatMulKind};
 use super::pool::{Pool, PoolStats, SharedBlock};
-use crate::reference::{check_input_tuples, evaluation_order, AnyLayout, InterpError};
+use crate::semantics::{check_input_tuples, evaluation_order, AnyLayout, InterpError};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -113,7 +113,7 @@ impl<T: Elem> PhysValue<T> {
     }
 
     pub(crate) fn erase_named(&self, node: Option<&str>) -> Result<TRelation<T>, InterpError> {
-        use crate::reference::Site;
+        use crate::semantics::Site;
         let mut all: Vec<(&Key, Site, &SharedBlock<T>)> = Vec::new();
         for (s, list) in self.sites.iter().enumerate() {
             all.extend(list.iter().map(|(k, b)| (k, Site::At(s), b)));
@@ -1168,7 +1168,7 @@ fn place<T: Elem>(
     sites: usize,
     layout: AnyLayout,
 ) -> Res<(Vec<Vec<Tuple<T>>>, Vec<Tuple<T>>)> {
-    let placed = crate::reference::input_sites(name, rel.tuples.iter().map(|t| &t.0), placement, sites, layout)?;
+    let placed = crate::semantics::input_sites(name, rel.tuples.iter().map(|t| &t.0), placement, sites, layout)?;
     let mut own: Vec<Vec<Tuple<T>>> = vec![Vec::new(); sites];
     let mut every = Vec::new();
     for ((k, b), site) in rel.tuples.iter().zip(placed) {
