@@ -36,10 +36,12 @@
 use super::auth::{self, Secret};
 use super::heartbeat::{Heartbeats, SilenceHandler};
 use super::input::{self, InputData};
-use super::ops::{self, bad, concat_count, concat_kernel, is_mat_add, project, Exec, Res};
+use super::ops::{self, bad, concat_count, concat_kernel, project, Exec, Res};
 use super::output::OutputFile;
 use super::supervise::guarded;
 use super::wire::{pool, Batch, Body, Item, EVERY_TAG};
+use crate::fusion::fused_joins;
+use crate::panics::panic_message;
 use crate::semantics::{evaluation_order, AnyLayout, InterpError};
 use crate::threads::kernels::{FastKernel, MatMulKind};
 use crate::threads::{Block, Elem, NodeStats, PhysValue, SharedBlock, Tuple};
@@ -317,13 +319,9 @@ fn prepare(plan: &Plan, fuse: bool) -> Result<Prepared, InterpError> {
         };
         kinds.insert(name, kind);
     }
-    let mut uses: HashMap<&str, usize> = HashMap::new();
-    for op in plan.nodes.values() {
-        for o in op.operands() {
-            *uses.entry(o).or_default() += 1;
-        }
-    }
-    let mut steps: Vec<Step> = order
+    let fusions = if fuse { fused_joins(plan) } else { BTreeMap::new() };
+    let fused_into: HashMap<&str, &str> = fusions.iter().map(|(agg, join)| (join.as_str(), agg.as_str())).collect();
+    let steps: Vec<Step> = order
         .iter()
         .map(|name| {
             let op = plan.nodes[name].clone();
@@ -332,31 +330,15 @@ fn prepare(plan: &Plan, fuse: bool) -> Result<Prepared, InterpError> {
                 IaOp::LocalMap { kernel: Some(k), .. } => Some(FastKernel::new(k)),
                 _ => None,
             };
-            Step { name: name.clone(), op, fused: None, skip: None, kernel, join_kernel: None }
+            let fused = fusions.get(name).cloned();
+            let join_kernel = fused.as_ref().map(|j| match &plan.nodes[j] {
+                IaOp::LocalJoin { kernel, .. } => FastKernel::new(kernel),
+                _ => unreachable!("a fused aggregation's operand is a join"),
+            });
+            let skip = fused_into.get(name.as_str()).map(|a| a.to_string());
+            Step { name: name.clone(), op, fused, skip, kernel, join_kernel }
         })
         .collect();
-    if fuse {
-        // The thread runtime's condition, exactly.
-        let mut fused: HashMap<String, String> = HashMap::new();
-        for step in steps.iter_mut() {
-            if let IaOp::LocalAggregate { input, kernel, .. } = &step.op {
-                if let Some(IaOp::LocalJoin { kernel: jk, .. }) = plan.nodes.get(input) {
-                    let fusable = is_mat_add(kernel)
-                        && MatMulKind::of(jk).is_some()
-                        && uses.get(input.as_str()) == Some(&1)
-                        && !plan.outputs.iter().any(|o| o == input);
-                    if fusable {
-                        step.fused = Some(input.clone());
-                        step.join_kernel = Some(FastKernel::new(jk));
-                        fused.insert(input.clone(), step.name.clone());
-                    }
-                }
-            }
-        }
-        for step in steps.iter_mut() {
-            step.skip = fused.get(&step.name).cloned();
-        }
-    }
     // Read the operands of fused matmuls with their join dims varying
     // fastest: a row of X and a column of Y complete early.
     let mut read_order: HashMap<String, Vec<usize>> = HashMap::new();
@@ -448,16 +430,9 @@ fn lock<X>(m: &Mutex<X>) -> std::sync::MutexGuard<'_, X> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-fn panic_message(e: Box<dyn std::any::Any + Send>) -> String {
-    e.downcast_ref::<String>()
-        .cloned()
-        .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
-        .unwrap_or_else(|| "a kernel panicked".into())
-}
-
 /// `f`'s result, a panic in it an error of `node`.
 fn caught<R>(node: &str, f: impl FnOnce() -> Res<R>) -> Res<R> {
-    guarded(f).unwrap_or_else(|e| Err(bad(node, format!("panic: {}", panic_message(e)))))
+    guarded(f).unwrap_or_else(|e| Err(bad(node, format!("panic: {}", panic_message(&*e)))))
 }
 
 impl<T: Elem> Proc<T> {

@@ -190,12 +190,7 @@ fn abandon(code: i32, error: Option<(String, u8)>) -> ! {
 }
 
 fn panic_text(info: &std::panic::PanicHookInfo<'_>) -> String {
-    let p = info.payload();
-    let msg = p
-        .downcast_ref::<String>()
-        .cloned()
-        .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
-        .unwrap_or_else(|| "a panic".into());
+    let msg = crate::panics::panic_message(info.payload());
     match info.location() {
         Some(l) => format!("{msg} (at {}:{})", l.file(), l.line()),
         None => msg,

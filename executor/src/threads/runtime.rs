@@ -37,6 +37,8 @@
 use super::elem::Elem;
 use super::kernels::{FastKernel, MatMulKind};
 use super::pool::{Pool, PoolStats, SharedBlock};
+use crate::fusion::fused_joins;
+use crate::panics::panic_message;
 use crate::semantics::{check_input_tuples, evaluation_order, AnyLayout, InterpError};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -50,8 +52,8 @@ use tra_optimizer::placement::site_of;
 use tra_optimizer::program::{topo_order, IaOp, Operator, PlacementDecl, Plan};
 
 use super::local::{
-    agg_blocks, agg_groups, bad, concat_count, concat_kernel, filter, is_mat_add, join_blocks, join_pairs, map,
-    matmul_groups, project, Exec, Groups, Member, Res,
+    agg_blocks, agg_groups, bad, concat_count, concat_kernel, filter, join_blocks, join_pairs, map, matmul_groups,
+    project, Exec, Groups, Member, Res,
 };
 
 /// A tuple: key and shared block.
@@ -353,34 +355,21 @@ impl<T: Elem> ThreadRuntime<T> {
         }
 
         // Steps: every node, with fused joins marked.
-        let mut uses: HashMap<&str, usize> = HashMap::new();
-        for op in plan.nodes.values() {
-            for o in op.operands() {
-                *uses.entry(o).or_default() += 1;
-            }
-        }
-        let is_output = |n: &str| plan.outputs.iter().any(|o| o == n);
+        let fusions = if opts.fuse { fused_joins(plan) } else { BTreeMap::new() };
         let mut steps: Vec<Step> = Vec::with_capacity(order.len());
         let mut fused_join: HashMap<String, String> = HashMap::new();
         for name in &order {
             let op = &plan.nodes[name];
             let slot = index[name];
             let mut step = Step::new(name, op, slot, &index);
-            if opts.fuse {
-                if let IaOp::LocalAggregate { input, kernel, .. } = op {
-                    if let Some(IaOp::LocalJoin { left, right, kernel: jk, .. }) = plan.nodes.get(input) {
-                        let fusable = is_mat_add(kernel)
-                            && MatMulKind::of(jk).is_some()
-                            && uses.get(input.as_str()) == Some(&1)
-                            && !is_output(input);
-                        if fusable {
-                            step.fused = Some(Fused { join: input.clone(), left: index[left], right: index[right] });
-                            step.join_kernel = Some(FastKernel::new(jk));
-                            step.reads = vec![index[left], index[right]];
-                            fused_join.insert(input.clone(), name.clone());
-                        }
-                    }
-                }
+            if let Some(join) = fusions.get(name) {
+                let IaOp::LocalJoin { left, right, kernel: jk, .. } = &plan.nodes[join] else {
+                    unreachable!("a fused aggregation's operand is a join")
+                };
+                step.fused = Some(Fused { join: join.clone(), left: index[left], right: index[right] });
+                step.join_kernel = Some(FastKernel::new(jk));
+                step.reads = vec![index[left], index[right]];
+                fused_join.insert(join.clone(), name.clone());
             }
             steps.push(step);
         }
@@ -684,13 +673,6 @@ struct Ctx<'a, T: Elem> {
     deadline: Option<Deadline>,
 }
 
-fn panic_message(e: Box<dyn std::any::Any + Send>) -> String {
-    e.downcast_ref::<String>()
-        .cloned()
-        .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
-        .unwrap_or_else(|| "a kernel panicked".into())
-}
-
 impl<'a, T: Elem> Ctx<'a, T> {
     fn fail(&self, step: usize, site: usize, e: InterpError) {
         let mut slot = lock(&self.error);
@@ -712,7 +694,7 @@ impl<'a, T: Elem> Ctx<'a, T> {
                 None
             }
             Err(p) => {
-                self.fail(step, site, bad(&self.steps[step].name, format!("panic: {}", panic_message(p))));
+                self.fail(step, site, bad(&self.steps[step].name, format!("panic: {}", panic_message(&*p))));
                 None
             }
         }
@@ -860,7 +842,7 @@ impl<'a, T: Elem> Ctx<'a, T> {
         let mut g = lock(&slot.every);
         if g.is_none() {
             let r = catch_unwind(AssertUnwindSafe(f))
-                .unwrap_or_else(|p| Err(bad(&self.steps[step].name, format!("panic: {}", panic_message(p)))));
+                .unwrap_or_else(|p| Err(bad(&self.steps[step].name, format!("panic: {}", panic_message(&*p)))));
             match r {
                 Ok(v) => {
                     slot.tuples.fetch_add(v.len() as u64, Ordering::Relaxed);
