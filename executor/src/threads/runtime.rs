@@ -463,8 +463,8 @@ impl<T: Elem> ThreadRuntime<T> {
         let mut nodes = Vec::with_capacity(steps.len());
         for step in &steps {
             let slot = &slots[step.slot];
-            let moved =
-                matches!(step.kind, Kind::Shuffle | Kind::Broadcast).then(|| slot.moved.load(Ordering::Relaxed));
+            let moved = matches!(step.role, StepRole::Shuffle | StepRole::Broadcast)
+                .then(|| slot.moved.load(Ordering::Relaxed));
             if let Some(m) = moved {
                 floats_moved.insert(step.name.clone(), m);
             }
@@ -553,7 +553,8 @@ fn lock<X>(m: &Mutex<X>) -> std::sync::MutexGuard<'_, X> {
 // Plan steps and shared state.
 
 #[derive(Debug, Clone, Copy, PartialEq)]
-enum Kind {
+/// What a step does: an exchange of one of two kinds, or site-local work.
+enum StepRole {
     Broadcast,
     Shuffle,
     Local,
@@ -567,7 +568,7 @@ struct Fused {
 
 struct Step {
     name: String,
-    kind: Kind,
+    role: StepRole,
     slot: usize,
     /// Operand slots, in operand order.
     args: Vec<usize>,
@@ -585,10 +586,10 @@ struct Step {
 impl Step {
     fn new(name: &str, op: &IaOp, slot: usize, index: &HashMap<String, usize>) -> Step {
         let args: Vec<usize> = op.operands().iter().map(|o| index[*o]).collect();
-        let kind = match op {
-            IaOp::Broadcast { .. } => Kind::Broadcast,
-            IaOp::Shuffle { .. } => Kind::Shuffle,
-            _ => Kind::Local,
+        let role = match op {
+            IaOp::Broadcast { .. } => StepRole::Broadcast,
+            IaOp::Shuffle { .. } => StepRole::Shuffle,
+            _ => StepRole::Local,
         };
         let kernel = match op {
             IaOp::LocalJoin { kernel, .. } | IaOp::LocalAggregate { kernel, .. } => Some(FastKernel::new(kernel)),
@@ -597,7 +598,7 @@ impl Step {
         };
         Step {
             name: name.to_string(),
-            kind,
+            role,
             slot,
             reads: args.clone(),
             args,
@@ -755,8 +756,8 @@ impl<'a, T: Elem> Ctx<'a, T> {
                 slot.busy_ns[s].fetch_add(t1.elapsed().as_nanos() as u64, Ordering::Relaxed);
             };
             if !step.skip {
-                match step.kind {
-                    Kind::Shuffle => {
+                match step.role {
+                    StepRole::Shuffle => {
                         // Phase 1: every site of this thread routes its tuples.
                         let mut kept = Vec::with_capacity(sites.len());
                         for &s in &sites {
@@ -782,7 +783,7 @@ impl<'a, T: Elem> Ctx<'a, T> {
                             }
                         }
                     }
-                    Kind::Broadcast => {
+                    StepRole::Broadcast => {
                         for &s in &sites {
                             timed(s, &mut || {
                                 if !self.stopped(i, s) {
@@ -791,7 +792,7 @@ impl<'a, T: Elem> Ctx<'a, T> {
                             });
                         }
                     }
-                    Kind::Local => {
+                    StepRole::Local => {
                         for &s in &sites {
                             timed(s, &mut || {
                                 if !self.stopped(i, s) {
