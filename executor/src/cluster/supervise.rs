@@ -236,7 +236,7 @@ pub fn child_main() -> i32 {
     let proto = unsafe {
         let fd = libc::dup(1);
         if fd < 0 || libc::dup2(2, 1) < 0 {
-            eprintln!("tra job process: cannot set up its standard output");
+            tracing::error!("tra job process: cannot set up its standard output");
             return exit::BAD_START;
         }
         File::from_raw_fd(fd)
@@ -393,9 +393,9 @@ impl JobHost {
                                 return;
                             }
                         }
-                        Some(Err(e)) => eprintln!("job process {process}: an unreadable answer ({e}): {line}"),
+                        Some(Err(e)) => tracing::warn!(process, "job process {process}: an unreadable answer ({e}): {line}"),
                         None if line.trim().is_empty() => {}
-                        None => eprintln!("{line}"),
+                        None => tracing::info!(process, "job process {process}: {line}"),
                     }
                 }
             })
