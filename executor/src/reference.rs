@@ -61,8 +61,8 @@
 //! program, plan or data (kernel implementations aside).
 
 pub use crate::semantics::{
-    all_keys, erase, input_bounds, input_sites, random_relation, random_relation_with, AnyLayout, Block, IaRun,
-    InterpError, PhysRelation, PhysTuple, Relation, Site,
+    all_keys, erase, input_bounds, input_sites, random_inputs, random_relation, random_relation_with, AnyLayout, Block,
+    IaRun, InterpError, PhysRelation, PhysTuple, Relation, Site,
 };
 
 use crate::semantics::{

@@ -22,5 +22,6 @@ pub use inputs::{input_bounds, input_sites, AnyLayout};
 pub(crate) use keys::{concat_count, concat_kernel, join_key, project};
 pub(crate) use order::evaluation_order;
 pub use relation::{
-    all_keys, erase, random_relation, random_relation_with, Block, IaRun, PhysRelation, PhysTuple, Relation, Site,
+    all_keys, erase, random_inputs, random_relation, random_relation_with, Block, IaRun, PhysRelation, PhysTuple,
+    Relation, Site,
 };

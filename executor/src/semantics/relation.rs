@@ -12,11 +12,13 @@
 pub use crate::kernels::Block;
 
 use super::error::{InterpError, Res};
+use super::inputs::input_bounds;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::collections::BTreeMap;
 use std::fmt;
 use tra_optimizer::keyexpr::Key;
+use tra_optimizer::program::InputDecl;
 
 /// A tensor relation: a set of `(key, block)` pairs with unique keys.
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -255,6 +257,21 @@ pub fn all_keys(bounds: &[u32]) -> Vec<Key> {
 pub fn random_relation(key_bounds: &[u32], array_bounds: &[usize], seed: u64) -> Relation {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     random_relation_with(&mut rng, key_bounds, array_bounds)
+}
+
+/// Random data for every input of a program or plan, as
+/// [`random_relation`] makes it: input number `i` (in declaration order) from
+/// seed `seed + i`. Bounds that do not fit are an error naming the input.
+pub fn random_inputs<'a>(
+    inputs: impl IntoIterator<Item = (&'a String, &'a InputDecl)>,
+    seed: u64,
+) -> Result<BTreeMap<String, Relation>, InterpError> {
+    let mut out = BTreeMap::new();
+    for (i, (name, decl)) in inputs.into_iter().enumerate() {
+        let (key_bounds, array_bounds) = input_bounds(name, decl)?;
+        out.insert(name.clone(), random_relation(&key_bounds, &array_bounds, seed.wrapping_add(i as u64)));
+    }
+    Ok(out)
 }
 
 /// [`random_relation`] drawing from a given generator.
