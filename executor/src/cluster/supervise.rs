@@ -393,7 +393,9 @@ impl JobHost {
                                 return;
                             }
                         }
-                        Some(Err(e)) => tracing::warn!(process, "job process {process}: an unreadable answer ({e}): {line}"),
+                        Some(Err(e)) => {
+                            tracing::warn!(process, "job process {process}: an unreadable answer ({e}): {line}")
+                        }
                         None if line.trim().is_empty() => {}
                         None => tracing::info!(process, "job process {process}: {line}"),
                     }
