@@ -7,7 +7,7 @@
 //! runtimes import nothing from the reference interpreter, which stays the
 //! independent oracle they are tested against. What an operator computes is
 //! written twice on purpose — plainly in the reference, fast in the
-//! runtimes ([`crate::threads::local`] for both) — and the tests compare the two.
+//! runtimes (`threads::local` for both) — and the tests compare the two.
 
 mod error;
 mod inputs;

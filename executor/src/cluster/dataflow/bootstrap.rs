@@ -44,7 +44,7 @@ pub enum Comm {
     },
 }
 
-/// Heartbeats between job processes (see [`super::heartbeat`]).
+/// Heartbeats between job processes (see [`crate::cluster::heartbeat`]).
 #[derive(Clone)]
 pub struct PeerWatch {
     /// A peer silent this long has stopped responding.
@@ -108,7 +108,7 @@ pub(super) fn communication(
 }
 
 /// Connect to every other process, each connection authenticated with the
-/// job's key (see [`super::auth`]); the claim is the connecting process's
+/// job's key (see [`crate::cluster::auth`]); the claim is the connecting process's
 /// index and the channel (0: timely's data, 1: heartbeats). Answers
 /// `sockets[j]`, the data connection to process `j`, and the heartbeat
 /// connections when `heartbeats`.

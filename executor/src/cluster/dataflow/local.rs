@@ -1,6 +1,6 @@
 //! The site-local operators as timely operators: each stashes its inputs
 //! and fires once their frontier is empty, computing what the thread runtime
-//! computes for that site ([`super::super::ops`]); the replicated part of a
+//! computes for that site ([`crate::cluster::ops`]); the replicated part of a
 //! result is computed once per process and shared.
 
 use super::super::ops::{self, concat_count, concat_kernel, Res};
@@ -202,43 +202,40 @@ pub(super) fn compute_binary<T: Elem>(
             };
             Ok((o, e))
         }
-        (IaOp::LocalAggregate { group_by, kernel: agg_kernel, .. }, Some(j)) => {
-            let IaOp::LocalJoin { left_keys, right_keys, .. } = &p.prep.plan.nodes[j] else { unreachable!() };
-            let jk = step.join_kernel.as_ref().expect("fused join kernel");
-            let o = ops::fused_matmul(
-                x,
-                node,
-                j,
-                group_by,
-                agg_kernel,
-                left_keys,
-                right_keys,
-                jk,
-                (&l.0, &l.1),
-                (&r.0, &r.1),
-                false,
-            )?;
-            let e = if both_every {
-                p.every_part(i, || {
-                    ops::fused_matmul(
-                        x,
-                        node,
-                        j,
-                        group_by,
-                        agg_kernel,
-                        left_keys,
-                        right_keys,
-                        jk,
-                        (&[], &l.1),
-                        (&[], &r.1),
-                        true,
-                    )
-                })?
-            } else {
-                Arc::default()
-            };
-            Ok((o, e))
+        (IaOp::LocalAggregate { .. }, Some(_)) => {
+            let o = fused_matmul_part(p, i, (&l.0, &l.1), (&r.0, &r.1), false)?;
+            Ok((o, fused_matmul_replicated(p, i, l, r)?))
         }
         _ => unreachable!("not a binary local operator"),
     }
+}
+
+/// Step `i`, a fused matmul, on one part of its operands: a site's own
+/// tuples with the replicated ones (`replicated = false`), or the replicated
+/// tuples of both sides (`replicated = true`).
+fn fused_matmul_part<T: Elem>(
+    p: &Proc<T>,
+    i: usize,
+    l: (&[Tuple<T>], &[Tuple<T>]),
+    r: (&[Tuple<T>], &[Tuple<T>]),
+    replicated: bool,
+) -> Res<Vec<Tuple<T>>> {
+    let step = &p.prep.steps[i];
+    let (IaOp::LocalAggregate { group_by, kernel: agg_kernel, .. }, Some(j)) = (&step.op, &step.fused) else {
+        unreachable!("a fused aggregation")
+    };
+    let IaOp::LocalJoin { left_keys, right_keys, .. } = &p.prep.plan.nodes[j] else {
+        unreachable!("fused with a join")
+    };
+    let jk = step.join_kernel.as_ref().expect("fused join kernel");
+    ops::fused_matmul(p.exec(), &step.name, j, group_by, agg_kernel, left_keys, right_keys, jk, l, r, replicated)
+}
+
+/// The replicated part of a fused matmul's result (step `i`): computed once
+/// per process when both operands have replicated tuples, empty otherwise.
+pub(super) fn fused_matmul_replicated<T: Elem>(p: &Proc<T>, i: usize, l: &Parts<T>, r: &Parts<T>) -> Res<Shared<T>> {
+    if l.1.is_empty() || r.1.is_empty() {
+        return Ok(Arc::default());
+    }
+    p.every_part(i, || fused_matmul_part(p, i, (&[], &l.1), (&[], &r.1), true))
 }

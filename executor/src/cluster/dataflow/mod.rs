@@ -33,11 +33,11 @@
 //! `sites` times (a replicated operand's once, by worker 0), whatever the
 //! number of copies the network really carries (one per process).
 //!
-//! The parts: [`bootstrap`] (connections between processes), [`prepare`]
-//! (the plan checked and its fusions decided), [`exchange`] (shuffle,
-//! broadcast, piece counts), [`local`] (the local operators),
-//! [`streamed_matmul`] (a fused matmul that starts before its inputs are
-//! complete), [`gather`] (outputs and figures). This module holds what they
+//! The parts: `bootstrap` (connections between processes), `prepare`
+//! (the plan checked and its fusions decided), `exchange` (shuffle,
+//! broadcast, piece counts), `local` (the local operators),
+//! `streamed_matmul` (a fused matmul that starts before its inputs are
+//! complete), `gather` (outputs and figures). This module holds what they
 //! share: the configuration and results of a run, the state of a process
 //! and what its workers report, and the dataflow built from them.
 

@@ -14,7 +14,7 @@
 use super::super::input::{self, InputData};
 use super::super::ops::{self, bad, Res};
 use super::super::wire::{pool, Batch, Body, Item};
-use super::local::{compute_binary, fire_items};
+use super::local::{compute_binary, fire_items, fused_matmul_replicated};
 use super::{caught, record_error, stage, Proc, Report, Stash, CB, S};
 use crate::semantics::all_keys;
 use crate::threads::kernels::MatMulKind;
@@ -248,10 +248,6 @@ pub(super) fn streamed_matmul<'s, T: Elem>(
                 r1.borrow_mut().steps[i].busy_ns += t0.elapsed().as_nanos() as u64;
                 return;
             }
-            let IaOp::LocalAggregate { kernel: agg_kernel, .. } = &step.op else { unreachable!() };
-            let j = step.fused.as_deref().expect("fused");
-            let jk = step.join_kernel.as_ref().expect("fused join kernel");
-
             // Complete: check what came, add the replicated part, finish.
             p1.stall();
             let (l, r) = (ls.parts(), rs.parts());
@@ -265,29 +261,7 @@ pub(super) fn streamed_matmul<'s, T: Elem>(
                 let e = bad(node, "the cluster runtime received other tuples than the plan's inputs hold");
                 record_error(&r1, stage(i), me, &e);
             } else if !failed {
-                let both_every = !l.1.is_empty() && !r.1.is_empty();
-                let every = if both_every {
-                    let IaOp::LocalAggregate { group_by, .. } = &step.op else { unreachable!() };
-                    let IaOp::LocalJoin { left_keys, right_keys, .. } = &p1.prep.plan.nodes[j] else { unreachable!() };
-                    let x = p1.exec();
-                    p1.every_part(i, || {
-                        ops::fused_matmul(
-                            x,
-                            node,
-                            j,
-                            group_by,
-                            agg_kernel,
-                            left_keys,
-                            right_keys,
-                            jk,
-                            (&[], &l.1),
-                            (&[], &r.1),
-                            true,
-                        )
-                    })
-                } else {
-                    Ok(Arc::default())
-                };
+                let every = fused_matmul_replicated(&p1, i, &l, &r);
                 items = fire_items(&p1, me, i, &r1, every.map(|e| (Vec::new(), e)));
                 r1.borrow_mut().steps[i].tuples += emitted;
             }

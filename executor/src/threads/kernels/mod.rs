@@ -25,8 +25,8 @@
 //! bit-identical), and the same three evaluation rules for compositions; only
 //! matrix products and row/column sums may round differently.
 //!
-//! The elementwise programs are [`elementwise`], the matrix products
-//! [`matmul`]; this module compiles a kernel into a [`FastKernel`] and runs it.
+//! The elementwise programs are in `elementwise`, the matrix products in
+//! `matmul`; this module compiles a kernel into a [`FastKernel`] and runs it.
 
 mod elementwise;
 mod matmul;

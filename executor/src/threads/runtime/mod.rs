@@ -25,13 +25,13 @@
 //! the order of folds, `local_map`'s pairing of blocks and keys and the count
 //! of floats moved: every test compares the two.
 //!
-//! **Fusion.** A `local_aggregate(matAdd)` whose operand is a `local_join` with
+//! **Fusion** (decided by `crate::fusion`, as in the cluster runtime). A `local_aggregate(matAdd)` whose operand is a `local_join` with
 //! a matrix-product kernel used by nothing else runs as one operator: each
 //! output block is `Σ A·B`, accumulated by GEMM into the output block
 //! (`C += A·B`), without materialising the products.
 //!
 //! The walk itself — what a site thread does at each step — is
-//! [`site_thread`]; this module holds the run's options and figures, the
+//! `site_thread`; this module holds the run's options and figures, the
 //! steps and the state the site threads share. The runtime's relations are
 //! [`super::relation`].
 //!
