@@ -37,3 +37,41 @@ pub(crate) fn fused_joins(plan: &Plan) -> BTreeMap<String, String> {
     }
     fused
 }
+
+#[cfg(test)]
+mod tests {
+    use super::fused_joins;
+    use tra_optimizer::program::Plan;
+
+    /// A plan with `j = local_join(X, Y, join_kernel)` and
+    /// `Z = local_aggregate(j, agg_kernel)`, plus `extra` nodes and outputs.
+    fn plan(join_kernel: &str, agg_kernel: &str, extra: &str, outputs: &str) -> Plan {
+        Plan::from_json(&format!(
+            r#"{{"inputs": {{"X": {{"key_bounds": [2, 2], "array_bounds": [2, 2]}},
+                             "Y": {{"key_bounds": [2, 2], "array_bounds": [2, 2]}}}},
+                "nodes": {{"j": {{"op": "local_join", "left": "X", "right": "Y", "left_keys": [1],
+                                  "right_keys": [0], "kernel": "{join_kernel}"}},
+                          "Z": {{"op": "local_aggregate", "input": "j", "group_by": [0, 2], "kernel": "{agg_kernel}"}}
+                          {extra}}},
+                "outputs": [{outputs}]}}"#
+        ))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_sum_of_products_used_once_is_fused() {
+        let fused = fused_joins(&plan("matMul", "matAdd", "", r#""Z""#));
+        assert_eq!(fused.get("Z").map(String::as_str), Some("j"));
+        assert_eq!(fused.len(), 1);
+        assert_eq!(fused_joins(&plan("matMulTN", "matAdd", "", r#""Z""#)).len(), 1);
+    }
+
+    #[test]
+    fn a_join_needed_elsewhere_or_another_kernel_is_not_fused() {
+        let used_twice = r#", "m": {"op": "local_map", "input": "j", "kernel": "relu"}"#;
+        assert!(fused_joins(&plan("matMul", "matAdd", used_twice, r#""Z", "m""#)).is_empty());
+        assert!(fused_joins(&plan("matMul", "matAdd", "", r#""Z", "j""#)).is_empty());
+        assert!(fused_joins(&plan("matAdd", "matAdd", "", r#""Z""#)).is_empty());
+        assert!(fused_joins(&plan("matMul", "max", "", r#""Z""#)).is_empty());
+    }
+}

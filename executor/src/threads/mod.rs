@@ -17,7 +17,7 @@
 //!
 //! ```
 //! use std::collections::BTreeMap;
-//! use tra_executor::reference::random_relation;
+//! use tra_executor::semantics::random_relation;
 //! use tra_executor::threads::{RunOptions, TRelation, ThreadRuntime};
 //! use tra_optimizer::Plan;
 //!
