@@ -3,9 +3,9 @@
 //! pair (data and heartbeats), [`communication`] turns them into timely's
 //! allocators.
 
-use super::super::auth::{self, Secret};
-use super::super::heartbeat::{Heartbeats, SilenceHandler};
 use super::{plain, ClusterError};
+use crate::cluster::auth::{self, Secret};
+use crate::cluster::heartbeat::{Heartbeats, SilenceHandler};
 use std::collections::HashMap;
 use std::net::{TcpListener, TcpStream};
 use std::time::{Duration, Instant};

@@ -4,9 +4,9 @@
 //! aggregation's piece counts go to every worker. Floats moved and bytes on
 //! the wire are counted where items are sent.
 
-use super::super::ops::{concat_count, concat_kernel, project};
-use super::super::wire::{Body, Item, EVERY_TAG};
 use super::{exchange, record_error, stage, Proc, Report, CB, S};
+use crate::cluster::ops::{concat_count, concat_kernel, project};
+use crate::cluster::wire::{Body, Item, EVERY_TAG};
 use crate::threads::Elem;
 use std::sync::Arc;
 use std::time::Instant;

@@ -2,12 +2,12 @@
 //! gathered on worker 0, and on process 0 the outputs and every worker's
 //! figures put together into a [`ClusterRun`].
 
-use super::super::output::{OutWriter, OutputFile};
-use super::super::wire::{Body, Item};
 use super::{
     exchange, lock, plain, record_error, ClusterError, ClusterRun, Collected, ErrorRecord, Proc, Report, Stash,
     WireStat, Written, CB, S,
 };
+use crate::cluster::output::{OutWriter, OutputFile};
+use crate::cluster::wire::{Body, Item};
 use crate::semantics::InterpError;
 use crate::threads::{Elem, NodeStats, PhysValue, Tuple};
 use std::collections::{BTreeMap, HashMap};

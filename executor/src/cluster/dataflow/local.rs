@@ -3,9 +3,9 @@
 //! computes for that site ([`crate::cluster::ops`]); the replicated part of a
 //! result is computed once per process and shared.
 
-use super::super::ops::{self, concat_count, concat_kernel, Res};
-use super::super::wire::{Batch, Item};
 use super::{caught, exchange, record_error, stage, Proc, Report, Shared, Stash, CB, S};
+use crate::cluster::ops::{self, concat_count, concat_kernel, Res};
+use crate::cluster::wire::{Batch, Item};
 use crate::threads::{Elem, Tuple};
 use std::sync::Arc;
 use std::time::Instant;

@@ -3,39 +3,44 @@
 //! replicated), in evaluation order, with its fused matmuls (see
 //! [`crate::fusion`]) and the order to read their operands in.
 
-use super::super::ops::bad;
 use crate::fusion::fused_joins;
-use crate::semantics::{evaluation_order, InterpError};
+use crate::semantics::{bad, evaluation_order, InterpError};
 use crate::threads::kernels::FastKernel;
 use std::collections::{BTreeMap, HashMap};
 use tra_optimizer::program::{topo_order, IaOp, Operator as _, PlacementDecl, Plan};
 
-#[derive(Debug, Clone, Copy, PartialEq)]
 /// Where a node's tuples can be.
+#[derive(Debug, Clone, Copy, PartialEq)]
 enum TupleSites {
     /// Only on sites.
     OnSites,
     /// Only replicated.
     Replicated,
-    /// Both.
+    /// Some on sites, some replicated (a join of the two kinds).
     Mixed,
 }
 
 /// A node of the plan as the cluster runtime runs it.
 pub(super) struct PreparedNode {
+    /// The node's name.
     pub(super) name: String,
+    /// What it computes.
     pub(super) op: IaOp,
     /// For a fused aggregation: the join it computes.
     pub(super) fused: Option<String>,
     /// A join computed inside the aggregation that follows it.
     pub(super) skip: Option<String>,
+    /// The node's kernel, compiled.
     pub(super) kernel: Option<FastKernel>,
+    /// For a fused aggregation: its join's kernel, compiled.
     pub(super) join_kernel: Option<FastKernel>,
 }
 
 /// The plan, checked, in evaluation order, with its fusions decided.
 pub(super) struct Prepared {
+    /// The plan.
     pub(super) plan: Plan,
+    /// Its nodes in evaluation order (a run's steps).
     pub(super) steps: Vec<PreparedNode>,
     /// For inputs that feed a fused matmul: the key dims in the order to read
     /// the blocks in (join dims fastest), so that whole groups arrive early.

@@ -11,11 +11,11 @@
 //! the GEMMs. The keys received are checked against the expected ones at the
 //! end (a difference is an error; it cannot happen for inputs read whole).
 
-use super::super::input::{self, InputData};
-use super::super::ops::{self, bad, Res};
-use super::super::wire::{pool, Batch, Body, Item};
 use super::local::{compute_binary, fire_items, fused_matmul_replicated};
 use super::{caught, record_error, stage, Proc, Report, Stash, CB, S};
+use crate::cluster::input::{self, InputData};
+use crate::cluster::ops::{self, bad, Res};
+use crate::cluster::wire::{pool, Batch, Body, Item};
 use crate::semantics::all_keys;
 use crate::threads::kernels::MatMulKind;
 use crate::threads::{Block, Elem, SharedBlock, Tuple};

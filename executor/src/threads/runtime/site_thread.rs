@@ -4,17 +4,17 @@
 //! shared kernel threads, in chunks between looks at the deadline), the fused
 //! matmul.
 
-use super::super::elem::Elem;
-use super::super::kernels::{FastKernel, MatMulKind};
-use super::super::local::{
-    agg_blocks, agg_groups, bad, concat_count, concat_kernel, filter, join_blocks, join_pairs, map, matmul_groups,
-    project, Groups, Member, Res,
-};
-use super::super::pool::SharedBlock;
-use super::super::relation::Tuple;
 use super::{lock, Aux, Ctx, Fused, Gate, List, Routed, StepRole, CHUNK};
 use crate::panics::panic_message;
 use crate::semantics::InterpError;
+use crate::threads::elem::Elem;
+use crate::threads::kernels::{FastKernel, MatMulKind};
+use crate::threads::local::{
+    agg_blocks, agg_groups, bad, concat_count, concat_kernel, filter, join_blocks, join_pairs, map, matmul_groups,
+    project, Groups, Member, Res,
+};
+use crate::threads::pool::SharedBlock;
+use crate::threads::relation::Tuple;
 use std::collections::HashSet;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::Ordering;
