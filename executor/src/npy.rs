@@ -424,7 +424,7 @@ pub fn layout_shape(layout: Layout, key_bounds: &[u32], array_bounds: &[usize]) 
 
 /// Every key below `bounds` in lexicographic order.
 fn keys_below(bounds: &[u32]) -> Vec<Vec<u32>> {
-    crate::reference::all_keys(bounds)
+    crate::semantics::all_keys(bounds)
 }
 
 /// Read a relation with the given frontier and block shape from a `.npy`

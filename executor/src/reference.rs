@@ -60,404 +60,25 @@
 //! Every error names the node (or input) at fault; nothing here panics on any
 //! program, plan or data (kernel implementations aside).
 
-pub use crate::kernels::Block;
+pub use crate::semantics::{
+    all_keys, erase, input_bounds, input_sites, random_inputs, random_relation, random_relation_with, AnyLayout, Block,
+    IaRun, InterpError, PhysRelation, PhysTuple, Relation, Site,
+};
 
+use crate::semantics::{
+    bad, check_input_tuples, concat_count, concat_kernel, eval_key, eval_pred, evaluation_order, join_key, kernel_err,
+    project, Res,
+};
 use ndarray::Dimension as _;
-use rand::{Rng, SeedableRng};
-use rand_chacha::ChaCha8Rng;
 use std::collections::BTreeMap;
-use std::fmt;
-use tra_optimizer::kernel::{KernelError, KernelRef};
-use tra_optimizer::keyexpr::{EvalError, Key, KeyFn, Predicate};
+use tra_optimizer::kernel::KernelRef;
+use tra_optimizer::keyexpr::{Key, KeyFn, Predicate};
 use tra_optimizer::placement::site_of;
 use tra_optimizer::program::{topo_order, IaOp, InputDecl, PlacementDecl, Plan, Program, TraOp};
 
 // ---------------------------------------------------------------------------
-// Data
+// Comparing results
 // ---------------------------------------------------------------------------
-
-/// A tensor relation: a set of `(key, block)` pairs with unique keys.
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct Relation {
-    /// The tuples, by key.
-    pub tuples: BTreeMap<Key, Block>,
-}
-
-/// Where a physical tuple lives.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Site {
-    /// On one site, `0..sites`.
-    At(usize),
-    /// One replicated copy on every site (the output of broadcast).
-    Everywhere,
-}
-
-impl fmt::Display for Site {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Site::At(s) => write!(f, "site {s}"),
-            Site::Everywhere => write!(f, "every site"),
-        }
-    }
-}
-
-/// One tuple of a physical relation.
-#[derive(Debug, Clone, PartialEq)]
-pub struct PhysTuple {
-    /// The key.
-    pub key: Key,
-    /// The block.
-    pub block: Block,
-    /// Where it lives.
-    pub site: Site,
-}
-
-/// A physical relation: `(key, block, site)` triples. The same key may occur on
-/// several sites (partial aggregates). Operators of this module return their
-/// tuples sorted by `(site, key)` (stable for equal pairs).
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct PhysRelation {
-    /// The tuples.
-    pub tuples: Vec<PhysTuple>,
-}
-
-/// Where the tuples of an input declared `any` live.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AnyLayout {
-    /// The `i`-th tuple in key order goes to site `i % sites`.
-    RoundRobin,
-    /// Each tuple, in key order, to a site drawn by a ChaCha8 generator with this seed.
-    Seeded(u64),
-    /// Every tuple on this site (must be `< sites`).
-    OneSite(usize),
-}
-
-/// What [`eval_ia`] computed.
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct IaRun {
-    /// The physical value of every plan output (a node or an input), by name.
-    pub outputs: BTreeMap<String, PhysRelation>,
-    /// The physical value of every input (as placed) and every node.
-    pub values: BTreeMap<String, PhysRelation>,
-    /// Floats moved by every broadcast and shuffle node.
-    pub floats_moved: BTreeMap<String, u64>,
-}
-
-impl IaRun {
-    /// Floats moved by all broadcasts and shuffles together.
-    pub fn total_floats_moved(&self) -> u64 {
-        self.floats_moved.values().sum()
-    }
-
-    /// Every output with its site projected away (see [`erase`]); an error names
-    /// the output.
-    pub fn erased_outputs(&self) -> Result<BTreeMap<String, Relation>, InterpError> {
-        let mut out = BTreeMap::new();
-        for (name, rel) in &self.outputs {
-            out.insert(name.clone(), erase_named(Some(name), rel)?);
-        }
-        Ok(out)
-    }
-}
-
-/// What went wrong while interpreting. Every variant that belongs to a node
-/// names it; the message starts with `node NAME:` (or `input NAME:`).
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum InterpError {
-    /// A node names an operand that is neither an input nor a node.
-    #[error("node {node}: unknown operand `{operand}` (neither an input nor a node)")]
-    UnknownOperand {
-        /// The node.
-        node: String,
-        /// The name it refers to.
-        operand: String,
-    },
-    /// An output name that is neither an input nor a node.
-    #[error("output `{0}`: neither an input nor a node")]
-    UnknownOutput(String),
-    /// A declared input without data.
-    #[error("input {0}: no data given for it")]
-    MissingInput(String),
-    /// Input data that does not match its declaration (or a placement that
-    /// cannot be applied to it).
-    #[error("input {input}: {message}")]
-    BadInput {
-        /// The input.
-        input: String,
-        /// What is wrong.
-        message: String,
-    },
-    /// A node whose parameters do not fit its operands, a kernel that gives the
-    /// wrong number of blocks, a name clash, a cycle.
-    #[error("node {node}: {message}")]
-    BadNode {
-        /// The node.
-        node: String,
-        /// What is wrong.
-        message: String,
-    },
-    /// A kernel failed (unknown kernel, operands of the wrong shape).
-    #[error("node {node}: kernel {kernel}: {source}")]
-    Kernel {
-        /// The node.
-        node: String,
-        /// The kernel, as written.
-        kernel: String,
-        /// The kernel's error.
-        source: KernelError,
-    },
-    /// A key expression or predicate could not be evaluated on a key.
-    #[error("node {node}: on key {key:?}: {source}")]
-    KeyEval {
-        /// The node.
-        node: String,
-        /// The key it was evaluated on.
-        key: Key,
-        /// The evaluation error.
-        source: EvalError,
-    },
-    /// Two tuples of a (logical) relation got the same key.
-    #[error("node {node}: two tuples get the key {key:?}: keys are no longer unique")]
-    DuplicateKey {
-        /// The node.
-        node: String,
-        /// The key.
-        key: Key,
-    },
-    /// `sites` is zero.
-    #[error("the number of sites must be at least 1")]
-    NoSites,
-    /// The run was stopped before it finished (its deadline passed, or the
-    /// process is shutting down).
-    #[error("node {node}: stopped: {reason}")]
-    Stopped {
-        /// The node that was running.
-        node: String,
-        /// Why, in words (which limit, and its value).
-        reason: String,
-    },
-    /// A physical relation holds a key more than once (on several sites, or on
-    /// one site and everywhere): it is not a tensor relation.
-    #[error("{}not a tensor relation: key {key:?} is held {} times, on {}", node_prefix(.node), .sites.len(), sites_list(.sites))]
-    NotATensorRelation {
-        /// The node (or output) whose value it is, when known.
-        node: Option<String>,
-        /// The first key held more than once.
-        key: Key,
-        /// Every site holding it (once per copy).
-        sites: Vec<Site>,
-    },
-}
-
-fn node_prefix(node: &Option<String>) -> String {
-    match node {
-        Some(n) => format!("node {n}: "),
-        None => String::new(),
-    }
-}
-
-fn sites_list(sites: &[Site]) -> String {
-    let parts: Vec<String> = sites.iter().map(|s| s.to_string()).collect();
-    parts.join(", ")
-}
-
-impl InterpError {
-    /// The node (or input, or output) the error belongs to, when there is one.
-    pub fn node(&self) -> Option<&str> {
-        match self {
-            InterpError::UnknownOperand { node, .. }
-            | InterpError::BadNode { node, .. }
-            | InterpError::Kernel { node, .. }
-            | InterpError::KeyEval { node, .. }
-            | InterpError::DuplicateKey { node, .. }
-            | InterpError::Stopped { node, .. } => Some(node),
-            InterpError::BadInput { input, .. } => Some(input),
-            InterpError::MissingInput(n) | InterpError::UnknownOutput(n) => Some(n),
-            InterpError::NotATensorRelation { node, .. } => node.as_deref(),
-            InterpError::NoSites => None,
-        }
-    }
-}
-
-type Res<T> = Result<T, InterpError>;
-
-pub(crate) fn bad(node: &str, message: impl Into<String>) -> InterpError {
-    InterpError::BadNode { node: node.to_string(), message: message.into() }
-}
-
-impl Relation {
-    /// An empty relation.
-    pub fn new() -> Relation {
-        Relation::default()
-    }
-
-    /// A relation from `(key, block)` pairs; a repeated key is an error.
-    pub fn from_tuples(tuples: impl IntoIterator<Item = (Key, Block)>) -> Result<Relation, String> {
-        let mut out = BTreeMap::new();
-        for (k, b) in tuples {
-            if out.contains_key(&k) {
-                return Err(format!("key {k:?} given twice"));
-            }
-            out.insert(k, b);
-        }
-        Ok(Relation { tuples: out })
-    }
-
-    /// Number of tuples.
-    pub fn len(&self) -> usize {
-        self.tuples.len()
-    }
-
-    /// True when there are no tuples.
-    pub fn is_empty(&self) -> bool {
-        self.tuples.is_empty()
-    }
-
-    /// The block of a key.
-    pub fn get(&self, key: &[u32]) -> Option<&Block> {
-        self.tuples.get(key)
-    }
-
-    /// Total number of floats in all blocks.
-    pub fn floats(&self) -> u64 {
-        self.tuples.values().map(|b| b.len() as u64).sum()
-    }
-
-    /// Cut a dense tensor into blocks of `block_shape` (same rank): the block
-    /// with key `k` holds the elements `k[i]*block_shape[i] ..` along each axis.
-    pub fn from_dense(dense: &Block, block_shape: &[usize]) -> Result<Relation, String> {
-        let shape = dense.shape();
-        if shape.len() != block_shape.len() {
-            return Err(format!("tensor of rank {} cut into blocks of rank {}", shape.len(), block_shape.len()));
-        }
-        let mut counts = Vec::with_capacity(shape.len());
-        for (i, (&n, &b)) in shape.iter().zip(block_shape).enumerate() {
-            if b == 0 || n % b != 0 {
-                return Err(format!("axis {i}: extent {n} is not a multiple of the block extent {b}"));
-            }
-            let c = u32::try_from(n / b).map_err(|_| format!("axis {i}: too many blocks"))?;
-            counts.push(c);
-        }
-        let mut tuples = BTreeMap::new();
-        for key in all_keys(&counts) {
-            let mut view = dense.view();
-            for (axis, (&k, &b)) in key.iter().zip(block_shape).enumerate() {
-                let start = k as usize * b;
-                view.slice_axis_inplace(ndarray::Axis(axis), ndarray::Slice::from(start..start + b));
-            }
-            tuples.insert(key, view.to_owned());
-        }
-        Ok(Relation { tuples })
-    }
-
-    /// The dense tensor this relation cuts into blocks (inverse of
-    /// [`Relation::from_dense`]): key arity must equal block rank, all blocks
-    /// must have one shape and every key below the frontier must be present.
-    pub fn to_dense(&self) -> Result<Block, String> {
-        let Some((first_key, first)) = self.tuples.iter().next() else {
-            return Err("an empty relation has no dense form".into());
-        };
-        let rank = first.ndim();
-        if first_key.len() != rank {
-            return Err(format!("key arity {} differs from block rank {rank}", first_key.len()));
-        }
-        let bshape = first.shape().to_vec();
-        let mut frontier = vec![0u32; rank];
-        for (k, b) in &self.tuples {
-            if k.len() != rank {
-                return Err(format!("key {k:?} has arity {}, expected {rank}", k.len()));
-            }
-            if b.shape() != bshape.as_slice() {
-                return Err(format!("key {k:?}: block shape {:?} differs from {:?}", b.shape(), bshape));
-            }
-            for (f, &c) in frontier.iter_mut().zip(k) {
-                *f = (*f).max(c.saturating_add(1));
-            }
-        }
-        let expected = frontier.iter().try_fold(1usize, |acc, &f| acc.checked_mul(f as usize));
-        if expected != Some(self.tuples.len()) {
-            return Err(format!("the relation has holes: {} tuples below frontier {frontier:?}", self.tuples.len()));
-        }
-        let shape: Vec<usize> = frontier.iter().zip(&bshape).map(|(&f, &b)| f as usize * b).collect();
-        let mut dense = Block::zeros(ndarray::IxDyn(&shape));
-        for (k, b) in &self.tuples {
-            let mut view = dense.view_mut();
-            for (axis, (&c, &e)) in k.iter().zip(&bshape).enumerate() {
-                let start = c as usize * e;
-                view.slice_axis_inplace(ndarray::Axis(axis), ndarray::Slice::from(start..start + e));
-            }
-            view.assign(b);
-        }
-        Ok(dense)
-    }
-}
-
-impl PhysRelation {
-    /// Number of tuples (an `Everywhere` tuple counts once).
-    pub fn len(&self) -> usize {
-        self.tuples.len()
-    }
-
-    /// True when there are no tuples.
-    pub fn is_empty(&self) -> bool {
-        self.tuples.is_empty()
-    }
-
-    /// The tuples on site `s` (its own and the `Everywhere` ones).
-    pub fn on_site(&self, s: usize) -> impl Iterator<Item = &PhysTuple> {
-        self.tuples.iter().filter(move |t| t.site == Site::At(s) || t.site == Site::Everywhere)
-    }
-
-    fn sorted(mut tuples: Vec<PhysTuple>) -> PhysRelation {
-        tuples.sort_by(|a, b| (a.site, &a.key).cmp(&(b.site, &b.key)));
-        PhysRelation { tuples }
-    }
-}
-
-/// Every key below `bounds`, in lexicographic order (`[[]]` for no bounds,
-/// nothing when a bound is zero).
-pub fn all_keys(bounds: &[u32]) -> Vec<Key> {
-    let mut out = Vec::new();
-    if bounds.contains(&0) {
-        return out;
-    }
-    let mut key = vec![0u32; bounds.len()];
-    loop {
-        out.push(key.clone());
-        // Odometer: bump the last component, carrying to the left.
-        let mut i = bounds.len();
-        loop {
-            if i == 0 {
-                return out;
-            }
-            i -= 1;
-            key[i] += 1;
-            if key[i] < bounds[i] {
-                break;
-            }
-            key[i] = 0;
-        }
-    }
-}
-
-/// A dense random relation: every key below `key_bounds`, blocks of shape
-/// `array_bounds` holding integers in `[-3, 3]` (as floats, so sums and
-/// products of a few of them are exact), from a ChaCha8 generator seeded with
-/// `seed`.
-pub fn random_relation(key_bounds: &[u32], array_bounds: &[usize], seed: u64) -> Relation {
-    let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    random_relation_with(&mut rng, key_bounds, array_bounds)
-}
-
-/// [`random_relation`] drawing from a given generator.
-pub fn random_relation_with<R: Rng + ?Sized>(rng: &mut R, key_bounds: &[u32], array_bounds: &[usize]) -> Relation {
-    let mut tuples = BTreeMap::new();
-    for key in all_keys(key_bounds) {
-        let block = Block::from_shape_fn(ndarray::IxDyn(array_bounds), |_| f64::from(rng.random_range(-3i32..=3)));
-        tuples.insert(key, block);
-    }
-    Relation { tuples }
-}
 
 fn truncated(b: &Block) -> String {
     let s = format!("{b}");
@@ -524,30 +145,8 @@ pub fn compare(expected: &Relation, actual: &Relation, tol: f64) -> Result<(), S
 }
 
 // ---------------------------------------------------------------------------
-// Shared helpers
+// Kernels, applied
 // ---------------------------------------------------------------------------
-
-/// `key` projected on `dims`, in that order.
-pub(crate) fn project(node: &str, key: &[u32], dims: &[usize]) -> Res<Key> {
-    dims.iter()
-        .map(|&d| {
-            key.get(d).copied().ok_or_else(|| {
-                bad(node, format!("key dim {d} does not exist: key {key:?} has {} components", key.len()))
-            })
-        })
-        .collect()
-}
-
-/// Join output key: the left key, then the right key without the dims `rk`.
-pub(crate) fn join_key(left: &[u32], right: &[u32], rk: &[usize]) -> Key {
-    let mut k = left.to_vec();
-    k.extend(right.iter().enumerate().filter(|(i, _)| !rk.contains(i)).map(|(_, &c)| c));
-    k
-}
-
-pub(crate) fn kernel_err(node: &str, kernel: &KernelRef, e: KernelError) -> InterpError {
-    InterpError::Kernel { node: node.to_string(), kernel: kernel.to_string(), source: e }
-}
 
 /// Apply a kernel; any number of blocks back.
 fn apply_n(node: &str, kernel: &KernelRef, operands: &[&Block]) -> Res<Vec<Block>> {
@@ -563,14 +162,6 @@ fn apply1(node: &str, kernel: &KernelRef, operands: &[&Block]) -> Res<Block> {
     Ok(out.pop().expect("one block"))
 }
 
-pub(crate) fn eval_key(node: &str, f: &KeyFn, key: &[u32]) -> Res<Vec<Key>> {
-    f.eval(key).map_err(|e| InterpError::KeyEval { node: node.to_string(), key: key.to_vec(), source: e })
-}
-
-pub(crate) fn eval_pred(node: &str, p: &Predicate, key: &[u32]) -> Res<bool> {
-    p.eval(key).map_err(|e| InterpError::KeyEval { node: node.to_string(), key: key.to_vec(), source: e })
-}
-
 fn check_join_dims(node: &str, lk: &[usize], rk: &[usize]) -> Res<()> {
     if lk.len() != rk.len() {
         return Err(bad(node, format!("{} left join dims but {} right join dims", lk.len(), rk.len())));
@@ -578,35 +169,10 @@ fn check_join_dims(node: &str, lk: &[usize], rk: &[usize]) -> Res<()> {
     Ok(())
 }
 
-/// `Some((key_dim, array_dim))` when the kernel is `concat(key_dim, array_dim)`.
-pub(crate) fn concat_kernel(node: &str, kernel: &KernelRef) -> Res<Option<(usize, usize)>> {
-    match kernel {
-        KernelRef::Named { name, args } if name == "concat" => {
-            let parsed: Vec<Option<usize>> = args.iter().map(|a| a.parse::<usize>().ok()).collect();
-            match parsed.as_slice() {
-                [Some(k), Some(a)] => Ok(Some((*k, *a))),
-                _ => Err(bad(node, format!("kernel {kernel}: concat takes two naturals (key_dim, array_dim)"))),
-            }
-        }
-        _ => Ok(None),
-    }
-}
-
 /// Fold blocks (already in ascending key order) with a binary kernel
 /// ([`crate::kernels::fold`]).
 fn fold_blocks(node: &str, kernel: &KernelRef, blocks: &[&Block]) -> Res<Block> {
     crate::kernels::fold(kernel, blocks).map_err(|e| kernel_err(node, kernel, e))
-}
-
-/// The piece count of a concat over a relation: max `key[key_dim]` + 1.
-pub(crate) fn concat_count<'a>(node: &str, keys: impl Iterator<Item = &'a Key>, key_dim: usize) -> Res<u32> {
-    let mut count = 0u32;
-    for k in keys {
-        let c = project(node, k, &[key_dim])?[0];
-        let c1 = c.checked_add(1).ok_or_else(|| bad(node, format!("concat: piece index {c} is too large")))?;
-        count = count.max(c1);
-    }
-    Ok(count)
 }
 
 /// Join one group's pieces `(index, block)` along `array_dim` with
@@ -770,71 +336,6 @@ fn check_input(name: &str, decl: &InputDecl, rel: &Relation) -> Res<()> {
     check_input_tuples(name, decl, rel.tuples.iter().map(|(k, b)| (k, b.shape())))
 }
 
-/// Key and array bounds of an input's declaration, checked.
-pub fn input_bounds(name: &str, decl: &InputDecl) -> Res<(Vec<u32>, Vec<usize>)> {
-    let err = |message: String| InterpError::BadInput { input: name.to_string(), message };
-    let mut key_bounds = Vec::with_capacity(decl.key_bounds.len());
-    for &b in &decl.key_bounds {
-        key_bounds.push(u32::try_from(b).map_err(|_| err(format!("key bound {b} is not a valid bound")))?);
-    }
-    let mut array_bounds = Vec::with_capacity(decl.array_bounds.len());
-    for &b in &decl.array_bounds {
-        array_bounds.push(usize::try_from(b).map_err(|_| err(format!("array bound {b} is not a valid bound")))?);
-    }
-    Ok((key_bounds, array_bounds))
-}
-
-/// Check an input's tuples (each key with its block's shape, in the order
-/// held) against the input's declaration: keys unique and sorted, key arity,
-/// keys below the key bounds, block shapes — the one check of the reference
-/// interpreter and of the thread and cluster runtimes.
-pub(crate) fn check_input_tuples<'a>(
-    name: &str,
-    decl: &InputDecl,
-    tuples: impl Iterator<Item = (&'a Key, &'a [usize])> + Clone,
-) -> Res<()> {
-    let err = |message: String| InterpError::BadInput { input: name.to_string(), message };
-    let (key_bounds, array_bounds) = input_bounds(name, decl)?;
-    let mut previous: Option<&Key> = None;
-    for (k, _) in tuples.clone() {
-        if let Some(p) = previous.filter(|p| *p >= k) {
-            return Err(err(format!("keys {p:?} and {k:?} are not unique and sorted")));
-        }
-        previous = Some(k);
-    }
-    for (k, shape) in tuples {
-        if k.len() != key_bounds.len() {
-            return Err(err(format!("key {k:?} has {} components, declared {}", k.len(), key_bounds.len())));
-        }
-        if let Some(d) = (0..k.len()).find(|&d| k[d] >= key_bounds[d]) {
-            return Err(err(format!("key {k:?}: component {d} is not below its bound {}", key_bounds[d])));
-        }
-        if shape != array_bounds.as_slice() {
-            return Err(err(format!("key {k:?}: block shape {shape:?}, declared {array_bounds:?}")));
-        }
-    }
-    Ok(())
-}
-
-/// The evaluation order of a DAG (from [`topo_order`]), after checking that no
-/// node shares a name with an input.
-pub(crate) fn evaluation_order<'a>(
-    order: tra_optimizer::error::Result<Vec<String>>,
-    mut node_names: impl Iterator<Item = &'a String>,
-    is_input: impl Fn(&str) -> bool,
-) -> Res<Vec<String>> {
-    let order = order.map_err(|e| {
-        let at = if e.at.is_empty() { "?".to_string() } else { e.at.clone() };
-        // The message already starts with "node NAME: ".
-        let message = e.message.strip_prefix(&format!("node {at}: ")).unwrap_or(&e.message).to_string();
-        bad(&at, message)
-    })?;
-    if let Some(name) = node_names.find(|n| is_input(n)) {
-        return Err(bad(name, "the name is also an input's"));
-    }
-    Ok(order)
-}
-
 /// Evaluate every input and node of a TRA program; the map holds the inputs
 /// (as given) and every node's value.
 pub fn eval_tra_all(
@@ -898,77 +399,6 @@ fn place_named(
         .map(|((k, b), s)| PhysTuple { key: k.clone(), block: b.clone(), site: s.map_or(Site::Everywhere, Site::At) })
         .collect();
     Ok(PhysRelation::sorted(tuples))
-}
-
-/// The site of every tuple of an input, given its keys in key order (`None`:
-/// replicated): hashed by the optimizer's placement function, replicated, or
-/// for `any` by the layout (round robin, seeded random in key order, one
-/// site). The one placement of inputs for the reference and both runtimes.
-pub fn input_sites<'a>(
-    name: &str,
-    keys: impl IntoIterator<Item = &'a Key>,
-    placement: &PlacementDecl,
-    sites: usize,
-    layout: AnyLayout,
-) -> Result<Vec<Option<usize>>, InterpError> {
-    if sites == 0 {
-        return Err(InterpError::NoSites);
-    }
-    let err = |message: String| InterpError::BadInput { input: name.to_string(), message };
-    let mut rng = match layout {
-        AnyLayout::Seeded(seed) => Some(ChaCha8Rng::seed_from_u64(seed)),
-        _ => None,
-    };
-    let mut out = Vec::new();
-    for (i, k) in keys.into_iter().enumerate() {
-        out.push(match placement {
-            PlacementDecl::Hash(dims) => {
-                if let Some(&d) = dims.iter().find(|&&d| d >= k.len()) {
-                    return Err(err(format!(
-                        "hash placement on key dim {d}, but key {k:?} has {} components",
-                        k.len()
-                    )));
-                }
-                Some(site_of(k, dims, sites))
-            }
-            PlacementDecl::Replicated => None,
-            PlacementDecl::Any => match layout {
-                AnyLayout::RoundRobin => Some(i % sites),
-                AnyLayout::Seeded(_) => Some(rng.as_mut().expect("seeded").random_range(0..sites)),
-                AnyLayout::OneSite(s) if s < sites => Some(s),
-                AnyLayout::OneSite(s) => {
-                    return Err(err(format!("layout: site {s} does not exist among {sites} sites")))
-                }
-            },
-        });
-    }
-    Ok(out)
-}
-
-/// Project the site away. An `Everywhere` tuple counts once; a key held more
-/// than once (on two sites, or on a site and everywhere) is an error: the
-/// physical relation is not a tensor relation (e.g. partial aggregates).
-pub fn erase(p: &PhysRelation) -> Result<Relation, InterpError> {
-    erase_named(None, p)
-}
-
-fn erase_named(node: Option<&String>, p: &PhysRelation) -> Res<Relation> {
-    let mut by_key: BTreeMap<&Key, Vec<&PhysTuple>> = BTreeMap::new();
-    for t in &p.tuples {
-        by_key.entry(&t.key).or_default().push(t);
-    }
-    let mut out = BTreeMap::new();
-    for (k, ts) in by_key {
-        if ts.len() > 1 {
-            return Err(InterpError::NotATensorRelation {
-                node: node.cloned(),
-                key: k.clone(),
-                sites: ts.iter().map(|t| t.site).collect(),
-            });
-        }
-        out.insert(k.clone(), ts[0].block.clone());
-    }
-    Ok(Relation { tuples: out })
 }
 
 fn floats(b: &Block) -> u64 {

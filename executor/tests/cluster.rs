@@ -13,6 +13,9 @@
 //!   a clear error, leaves no process behind, and the next job runs; a job
 //!   process whose supervisor goes away stops.
 
+mod common;
+
+use common::TempDir;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -20,7 +23,7 @@ use tra_executor::cluster::job::{JobSpec, LayoutSpec};
 use tra_executor::cluster::supervise::{self, Assignment, JobHost, Launcher};
 use tra_executor::cluster::{run_loopback, ClusterRun};
 use tra_executor::npy::{self, Layout};
-use tra_executor::reference::{random_relation, AnyLayout, Relation};
+use tra_executor::reference::{random_inputs, random_relation, AnyLayout, Relation};
 use tra_executor::threads::{PhysValue, RunOptions, TRelation, ThreadRun, ThreadRuntime};
 use tra_optimizer::check::{check_plan, check_program};
 use tra_optimizer::cost::{plan_report, Weights};
@@ -87,15 +90,7 @@ fn workloads(sites: usize) -> Vec<(String, Program)> {
 }
 
 fn inputs_for(p: &Program, seed: u64) -> BTreeMap<String, Relation> {
-    let typed = check_program(p).unwrap();
-    p.inputs
-        .keys()
-        .enumerate()
-        .map(|(i, name)| {
-            let t = &typed.types[name];
-            (name.clone(), random_relation(&t.frontier, &t.array_bounds, seed + i as u64))
-        })
-        .collect()
+    random_inputs(&p.inputs, seed).unwrap()
 }
 
 fn thread_run(
@@ -246,23 +241,6 @@ fn loopback_errors_name_the_node() {
 // ---------------------------------------------------------------------------
 // Real processes.
 
-struct Dir(PathBuf);
-
-impl Dir {
-    fn new(tag: &str) -> Dir {
-        let d = std::env::temp_dir().join(format!("tra-cluster-test-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
-        Dir(d)
-    }
-}
-
-impl Drop for Dir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 /// Write a program's inputs as `.npy` files; the job spec for its plan.
 fn file_job(
     dir: &Path,
@@ -310,10 +288,10 @@ fn file_job(
 
 #[test]
 fn three_os_processes_equal_threads_on_every_workload() {
-    let dir = Dir::new("workloads");
+    let dir = TempDir::new("workloads");
     for (name, p) in workloads(3) {
         let plan = optimize(&p, &tra_rules::all(), &Limits::default()).unwrap().plan;
-        let (spec, data) = file_job(&dir.0, &name, &p, &plan, 3, 1);
+        let (spec, data) = file_job(dir.path(), &name, &p, &plan, 3, 1);
         let result = supervise::run_local(&spec, &launcher(), Duration::from_secs(60), &no_stop, |_| {});
         let want = match thread_run(&plan, 3, &data, AnyLayout::RoundRobin) {
             Ok(w) => w,
@@ -347,10 +325,10 @@ fn alive(pid: u32) -> bool {
 
 #[test]
 fn a_killed_worker_fails_the_job_quickly_and_the_next_job_runs() {
-    let dir = Dir::new("fault");
+    let dir = TempDir::new("fault");
     let p = workloads(3).into_iter().find(|(n, _)| n == "matmul").unwrap().1;
     let plan = optimize(&p, &tra_rules::all(), &Limits::default()).unwrap().plan;
-    let (mut spec, _) = file_job(&dir.0, "fault", &p, &plan, 3, 1);
+    let (mut spec, _) = file_job(dir.path(), "fault", &p, &plan, 3, 1);
     // Every local operator sleeps 3 s: the job takes long enough to be killed mid-run.
     spec.stall_ms = 3000;
     let (tx, rx) = std::sync::mpsc::channel();
@@ -382,10 +360,10 @@ fn a_killed_worker_fails_the_job_quickly_and_the_next_job_runs() {
 
 #[test]
 fn a_job_process_stops_when_its_supervisor_goes_away_and_removes_its_temporary_files() {
-    let dir = Dir::new("orphan");
+    let dir = TempDir::new("orphan");
     let p = workloads(2).into_iter().find(|(n, _)| n == "matmul").unwrap().1;
     let plan = optimize(&p, &tra_rules::all(), &Limits::default()).unwrap().plan;
-    let (spec, _) = file_job(&dir.0, "orphan", &p, &plan, 2, 1);
+    let (spec, _) = file_job(dir.path(), "orphan", &p, &plan, 2, 1);
     // Process 1 of a job whose process 0 never starts: it waits to connect.
     let addrs = tra_executor::cluster::free_loopback_addresses(2).unwrap();
     let key = tra_executor::cluster::auth::Secret::generate().job_key(1);

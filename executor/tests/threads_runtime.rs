@@ -3,7 +3,9 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use tra_executor::reference::{self, compare, eval_ia, random_relation, AnyLayout, InterpError, Relation};
+use tra_executor::reference::{
+    self, compare, eval_ia, random_inputs, random_relation, AnyLayout, InterpError, Relation,
+};
 use tra_executor::threads::{self, Progress, RunOptions, TRelation, ThreadRuntime};
 use tra_optimizer::check::check_plan;
 use tra_optimizer::cost::{plan_report, Weights};
@@ -36,15 +38,7 @@ const CMM: &str = r#"{
   "outputs": ["Z"]}"#;
 
 fn inputs_for(p: &Plan, seed: u64) -> BTreeMap<String, Relation> {
-    p.inputs
-        .iter()
-        .enumerate()
-        .map(|(i, (n, d))| {
-            let kb: Vec<u32> = d.key_bounds.iter().map(|&b| b as u32).collect();
-            let ab: Vec<usize> = d.array_bounds.iter().map(|&b| b as usize).collect();
-            (n.clone(), random_relation(&kb, &ab, seed + i as u64))
-        })
-        .collect()
+    random_inputs(&p.inputs, seed).unwrap()
 }
 
 fn to_threads<T: threads::Elem>(

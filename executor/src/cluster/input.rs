@@ -12,7 +12,7 @@
 
 use super::wire::elem_bytes_mut;
 use crate::npy::{self, Layout, NpyHeader};
-use crate::reference::{all_keys, check_input_tuples, AnyLayout, InterpError};
+use crate::semantics::{all_keys, check_input_tuples, AnyLayout, InterpError};
 use crate::threads::{Dtype, Elem, Pool, TRelation, Tuple};
 use std::fs::File;
 use std::io::{BufReader, Seek};
@@ -31,9 +31,9 @@ pub enum InputData<T: Elem> {
     Memory(Arc<TRelation<T>>),
 }
 
-pub use crate::reference::input_sites as sites_of_tuples;
+pub use crate::semantics::input_sites as sites_of_tuples;
 
-pub use crate::reference::input_bounds as bounds;
+pub use crate::semantics::input_bounds as bounds;
 
 /// Check an in-memory relation against its declaration (the thread runtime's check).
 pub fn check_memory<T: Elem>(name: &str, decl: &InputDecl, rel: &TRelation<T>) -> Result<(), InterpError> {

@@ -15,7 +15,7 @@ use super::heartbeat::SilenceHandler;
 use super::input::InputData;
 use super::output::OutputFile;
 use crate::npy::{self, Layout};
-use crate::reference::AnyLayout;
+use crate::semantics::AnyLayout;
 use crate::threads::{Dtype, Elem};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};

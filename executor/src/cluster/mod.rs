@@ -4,7 +4,9 @@
 //! - [`dataflow`]: one process's part of a run — the plan as a timely
 //!   dataflow (SHUF is an `exchange` routed by the optimizer's placement
 //!   function, BCAST one copy per process, local operators fire when their
-//!   input is complete), outputs and figures gathered on process 0.
+//!   input is complete), outputs and figures gathered on process 0; split into
+//!   bootstrap, plan preparation, exchanges, local operators, the streamed
+//!   matmul and the gathering of results.
 //! - [`ops`]: the local operators, bit for bit the thread runtime's.
 //! - [`wire`]: the stream container: blocks as raw bytes, batches closed by size.
 //! - [`input`]: which tuples each site holds; each process reads only its own
@@ -39,7 +41,7 @@ pub use dataflow::{run_process, ClusterError, ClusterRun, Comm, PeerWatch, RunCo
 pub use input::InputData;
 pub use job::{JobReport, JobSpec};
 
-use crate::reference::AnyLayout;
+use crate::semantics::AnyLayout;
 use crate::threads::{Elem, TRelation};
 use std::collections::BTreeMap;
 use std::sync::Arc;

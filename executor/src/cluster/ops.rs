@@ -20,9 +20,7 @@ use tra_optimizer::kernel::KernelRef;
 use tra_optimizer::keyexpr::Key;
 
 use crate::threads::local::{agg_blocks, agg_groups, matmul_groups, Groups};
-pub(crate) use crate::threads::local::{
-    bad, concat_count, concat_kernel, filter, is_mat_add, join_pairs, project, Member, Res,
-};
+pub(crate) use crate::threads::local::{bad, concat_count, concat_kernel, filter, join_pairs, project, Member, Res};
 pub use crate::threads::local::{join_blocks, map, matmul_group, Exec};
 
 /// Groups of `members` by the key projected on `group_by`, groups in key

@@ -190,12 +190,7 @@ fn abandon(code: i32, error: Option<(String, u8)>) -> ! {
 }
 
 fn panic_text(info: &std::panic::PanicHookInfo<'_>) -> String {
-    let p = info.payload();
-    let msg = p
-        .downcast_ref::<String>()
-        .cloned()
-        .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
-        .unwrap_or_else(|| "a panic".into());
+    let msg = crate::panics::panic_message(info.payload());
     match info.location() {
         Some(l) => format!("{msg} (at {}:{})", l.file(), l.line()),
         None => msg,
@@ -241,7 +236,7 @@ pub fn child_main() -> i32 {
     let proto = unsafe {
         let fd = libc::dup(1);
         if fd < 0 || libc::dup2(2, 1) < 0 {
-            eprintln!("tra job process: cannot set up its standard output");
+            tracing::error!("tra job process: cannot set up its standard output");
             return exit::BAD_START;
         }
         File::from_raw_fd(fd)
@@ -398,9 +393,11 @@ impl JobHost {
                                 return;
                             }
                         }
-                        Some(Err(e)) => eprintln!("job process {process}: an unreadable answer ({e}): {line}"),
+                        Some(Err(e)) => {
+                            tracing::warn!(process, "job process {process}: an unreadable answer ({e}): {line}")
+                        }
                         None if line.trim().is_empty() => {}
-                        None => eprintln!("{line}"),
+                        None => tracing::info!(process, "job process {process}: {line}"),
                     }
                 }
             })

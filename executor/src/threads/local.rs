@@ -6,8 +6,8 @@
 
 use super::kernels::{concat_pieces, fold, matmul_into_par, FastKernel, MatMulKind};
 use super::{Block, Elem, Pool, SharedBlock, Tuple};
-use crate::reference::InterpError;
-pub(crate) use crate::reference::{
+use crate::semantics::InterpError;
+pub(crate) use crate::semantics::{
     bad, concat_count, concat_kernel, eval_key, eval_pred, join_key, kernel_err, project,
 };
 use rayon::prelude::*;

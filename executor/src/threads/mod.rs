@@ -17,7 +17,7 @@
 //!
 //! ```
 //! use std::collections::BTreeMap;
-//! use tra_executor::reference::random_relation;
+//! use tra_executor::semantics::random_relation;
 //! use tra_executor::threads::{RunOptions, TRelation, ThreadRuntime};
 //! use tra_optimizer::Plan;
 //!
@@ -37,14 +37,16 @@ pub mod elem;
 pub mod kernels;
 pub(crate) mod local;
 pub mod pool;
+pub mod relation;
 pub mod runtime;
 
 pub use elem::{Dtype, Elem};
 pub use kernels::FastKernel;
 pub use pool::{Block, Pool, PoolStats, SharedBlock};
-pub use runtime::{NodeStats, PhysValue, Progress, RunOptions, RunReport, TRelation, ThreadRun, ThreadRuntime, Tuple};
+pub use relation::{PhysValue, TRelation, Tuple};
+pub use runtime::{NodeStats, Progress, RunOptions, RunReport, ThreadRun, ThreadRuntime};
 
-use crate::reference::{AnyLayout, Block as RefBlock, IaRun, InterpError, PhysRelation, PhysTuple, Relation, Site};
+use crate::semantics::{AnyLayout, Block as RefBlock, IaRun, InterpError, PhysRelation, PhysTuple, Relation, Site};
 use std::collections::BTreeMap;
 use std::sync::{Arc, OnceLock};
 use tra_optimizer::program::Plan;

@@ -1,0 +1,246 @@
+//! How the processes of a run find each other: [`Comm`] says who they are,
+//! [`connect`] opens and authenticates the TCP connections between every
+//! pair (data and heartbeats), [`communication`] turns them into timely's
+//! allocators.
+
+use super::{plain, ClusterError};
+use crate::cluster::auth::{self, Secret};
+use crate::cluster::heartbeat::{Heartbeats, SilenceHandler};
+use std::collections::HashMap;
+use std::net::{TcpListener, TcpStream};
+use std::time::{Duration, Instant};
+
+/// How this process talks to the others.
+#[derive(Debug, Clone)]
+pub enum Comm {
+    /// Every site in this process (`workers` timely worker threads). With
+    /// `serialize`, exchanges between workers go through bytes (timely's
+    /// `ProcessBinary`), as they would between processes.
+    Local {
+        /// Worker threads (= sites).
+        workers: usize,
+        /// Serialize every exchange.
+        serialize: bool,
+    },
+    /// One process of a cluster: timely's cluster mode over TCP.
+    Cluster {
+        /// This process's index.
+        process: usize,
+        /// `host:port` of every process, in order (timely's host file).
+        addresses: Vec<String>,
+        /// Worker threads per process.
+        workers: usize,
+        /// The job's key ([`Secret::job_key`]): every connection proves it,
+        /// so a connection from another job or from outside is refused.
+        key: Secret,
+        /// The job's token (part of what connections prove).
+        token: u64,
+        /// How long to wait for the other processes to connect.
+        connect_timeout: Duration,
+        /// Listen here instead of at `addresses[process]` (`--bind`).
+        listen: Option<String>,
+        /// Heartbeats with the other processes, and what to do when one is silent.
+        watch: Option<PeerWatch>,
+    },
+}
+
+/// Heartbeats between job processes (see [`crate::cluster::heartbeat`]).
+#[derive(Clone)]
+pub struct PeerWatch {
+    /// A peer silent this long has stopped responding.
+    pub silence: Duration,
+    /// Called (from a heartbeat thread) with the silent peer's index.
+    pub on_silent: SilenceHandler,
+}
+
+impl std::fmt::Debug for PeerWatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "PeerWatch {{ silence: {:?} }}", self.silence)
+    }
+}
+
+impl Comm {
+    /// (this process, processes, workers per process).
+    pub(super) fn shape(&self) -> (usize, usize, usize) {
+        match self {
+            Comm::Local { workers, .. } => (0, 1, *workers),
+            Comm::Cluster { process, addresses, workers, .. } => (*process, addresses.len(), *workers),
+        }
+    }
+}
+
+/// timely's communication for this process: its workers' allocators, what
+/// must live as long as they do, and the heartbeats with the other
+/// processes when they are watched.
+#[allow(clippy::type_complexity)]
+pub(super) fn communication(
+    comm: &Comm,
+) -> Result<
+    (Vec<timely::communication::AllocatorBuilder>, Box<dyn std::any::Any + Send>, Option<Heartbeats>),
+    ClusterError,
+> {
+    let mut heartbeats: Option<Heartbeats> = None;
+    let (builders, others) = match comm {
+        Comm::Local { workers, serialize } => {
+            let c = if *serialize {
+                timely::CommunicationConfig::ProcessBinary(*workers)
+            } else {
+                timely::CommunicationConfig::Process(*workers)
+            };
+            c.try_build().map_err(plain)?
+        }
+        Comm::Cluster { process, addresses, workers, key, token, connect_timeout, listen, watch } => {
+            let (sockets, beats) =
+                connect(addresses, *process, listen.as_deref(), key, *token, *connect_timeout, watch.is_some())
+                    .map_err(plain)?;
+            heartbeats = watch.as_ref().map(|w| Heartbeats::start(beats, w.silence, w.on_silent.clone()));
+            use timely::communication::allocator::zero_copy::initialize::initialize_networking_from_sockets;
+            use timely::communication::allocator::ProcessBuilder;
+            let hooks = timely::communication::Hooks::default();
+            let locals = ProcessBuilder::new_typed_vector(*workers, hooks.refill.clone(), hooks.spill.clone());
+            let (builders, guard) = initialize_networking_from_sockets(locals, sockets, *process, *workers, hooks)
+                .map_err(|e| plain(format!("cannot start timely's networking: {e}")))?;
+            let builders = builders.into_iter().map(timely::communication::AllocatorBuilder::Tcp).collect();
+            (builders, Box::new(guard) as Box<dyn std::any::Any + Send>)
+        }
+    };
+    Ok((builders, others, heartbeats))
+}
+
+/// Connect to every other process, each connection authenticated with the
+/// job's key (see [`crate::cluster::auth`]); the claim is the connecting process's
+/// index and the channel (0: timely's data, 1: heartbeats). Answers
+/// `sockets[j]`, the data connection to process `j`, and the heartbeat
+/// connections when `heartbeats`.
+#[allow(clippy::type_complexity)]
+fn connect(
+    addresses: &[String],
+    me: usize,
+    listen: Option<&str>,
+    key: &Secret,
+    token: u64,
+    timeout: Duration,
+    heartbeats: bool,
+) -> Result<(Vec<Option<TcpStream>>, Vec<(usize, TcpStream)>), String> {
+    let deadline = Instant::now() + timeout;
+    let n = addresses.len();
+    let channels: u8 = if heartbeats { 2 } else { 1 };
+    let context = [b"tra peer".as_slice(), &token.to_le_bytes()].concat();
+    let listen = listen.unwrap_or(addresses[me].as_str());
+    let listener = TcpListener::bind(listen).map_err(|e| format!("process {me}: cannot listen on {listen}: {e}"))?;
+    listener.set_nonblocking(true).map_err(|e| e.to_string())?;
+    let mut sockets: Vec<Option<TcpStream>> = (0..n).map(|_| None).collect();
+    let mut beats: Vec<Option<TcpStream>> = (0..n).map(|_| None).collect();
+    let mut pending_lower: Vec<(usize, u8)> = (0..me).flat_map(|j| (0..channels).map(move |c| (j, c))).collect();
+    let mut missing_upper = (n - me - 1) * channels as usize;
+    let mut last_err: HashMap<usize, String> = HashMap::new();
+    let claim = |index: usize, channel: u8| -> Vec<u8> {
+        let mut c = (index as u32).to_le_bytes().to_vec();
+        c.push(channel);
+        c
+    };
+    while !pending_lower.is_empty() || missing_upper > 0 {
+        if Instant::now() > deadline {
+            let mut waiting: Vec<String> = pending_lower
+                .iter()
+                .filter(|(_, c)| *c == 0)
+                .map(|(j, _)| {
+                    format!("process {j} at {} ({})", addresses[*j], last_err.get(j).cloned().unwrap_or_default())
+                })
+                .collect();
+            if missing_upper > 0 {
+                waiting.push(format!(
+                    "{} connection(s) from processes with a higher index to {}",
+                    missing_upper, addresses[me]
+                ));
+            }
+            return Err(format!(
+                "process {me}: the other processes did not all connect within {:.0} s: waiting for {}",
+                timeout.as_secs_f64(),
+                waiting.join("; ")
+            ));
+        }
+        let mut progress = false;
+        // Connect to the processes below us.
+        pending_lower.retain(|&(j, channel)| {
+            let attempt = (|| -> Result<TcpStream, String> {
+                let addr = addresses[j].to_socket_addrs_first().map_err(|e| e.to_string())?;
+                let mut s = TcpStream::connect_timeout(&addr, Duration::from_millis(500)).map_err(|e| e.to_string())?;
+                s.set_nodelay(true).map_err(|e| e.to_string())?;
+                s.set_read_timeout(Some(Duration::from_secs(5))).map_err(|e| e.to_string())?;
+                auth::connect(&mut s, key, &context, &claim(me, channel)).map_err(|e| e.to_string())?;
+                s.set_read_timeout(None).map_err(|e| e.to_string())?;
+                Ok(s)
+            })();
+            match attempt {
+                Ok(s) => {
+                    if channel == 0 {
+                        sockets[j] = Some(s);
+                    } else {
+                        beats[j] = Some(s);
+                    }
+                    progress = true;
+                    false
+                }
+                Err(e) => {
+                    last_err.insert(j, e);
+                    true
+                }
+            }
+        });
+        // Accept the processes above us.
+        loop {
+            match listener.accept() {
+                Ok((mut s, from)) => {
+                    progress = true;
+                    let ok = (|| -> Result<(usize, u8), String> {
+                        s.set_nonblocking(false).map_err(|e| e.to_string())?;
+                        s.set_nodelay(true).map_err(|e| e.to_string())?;
+                        s.set_read_timeout(Some(Duration::from_secs(5))).map_err(|e| e.to_string())?;
+                        let (c, _) = auth::accept(&mut s, key, &context, 5).map_err(|e| e.to_string())?;
+                        let idx = u32::from_le_bytes(c[0..4].try_into().expect("4")) as usize;
+                        let channel = c[4];
+                        if idx <= me || idx >= n || channel >= channels {
+                            return Err(format!("claims to be process {idx}, channel {channel}"));
+                        }
+                        s.set_read_timeout(None).map_err(|e| e.to_string())?;
+                        Ok((idx, channel))
+                    })();
+                    match ok {
+                        Ok((idx, channel)) => {
+                            let slot = if channel == 0 { &mut sockets[idx] } else { &mut beats[idx] };
+                            if slot.is_none() {
+                                missing_upper -= 1;
+                            }
+                            *slot = Some(s);
+                        }
+                        Err(e) => tracing::warn!(
+                            process = me,
+                            %from,
+                            "refused a connection to the job's data port {}: {e}",
+                            addresses[me]
+                        ),
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(e) => return Err(format!("process {me}: accepting connections on {}: {e}", addresses[me])),
+            }
+        }
+        if !progress {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+    let beats = beats.into_iter().enumerate().filter_map(|(j, s)| s.map(|s| (j, s))).collect();
+    Ok((sockets, beats))
+}
+
+trait FirstAddr {
+    fn to_socket_addrs_first(&self) -> std::io::Result<std::net::SocketAddr>;
+}
+
+impl FirstAddr for String {
+    fn to_socket_addrs_first(&self) -> std::io::Result<std::net::SocketAddr> {
+        use std::net::ToSocketAddrs;
+        self.as_str().to_socket_addrs()?.next().ok_or_else(|| std::io::Error::other(format!("{self}: no address")))
+    }
+}

@@ -1,0 +1,213 @@
+//! The end of a run: each output written in place by every site or
+//! gathered on worker 0, and on process 0 the outputs and every worker's
+//! figures put together into a [`ClusterRun`].
+
+use super::{
+    exchange, lock, plain, record_error, ClusterError, ClusterRun, Collected, ErrorRecord, Proc, Report, Stash,
+    WireStat, Written, CB, S,
+};
+use crate::cluster::output::{OutWriter, OutputFile};
+use crate::cluster::wire::{Body, Item};
+use crate::semantics::InterpError;
+use crate::threads::{Elem, NodeStats, PhysValue, Tuple};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use timely::dataflow::channels::pact::Pipeline;
+use timely::dataflow::operators::generic::Operator;
+use tra_optimizer::program::{IaOp, Operator as _};
+
+/// Write this site's tuples of an output into its file as they come (worker
+/// 0 writes the replicated ones and the header); the answer completes once
+/// everything is written.
+pub(super) fn write_out<'s, T: Elem>(
+    me: usize,
+    name: &str,
+    file: OutputFile,
+    s: S<'s, T>,
+    report: &Report,
+) -> S<'s, T> {
+    let r1 = report.clone();
+    let name = name.to_string();
+    s.unary_frontier::<CB<T>, _, _, _>(Pipeline, &format!("write {name}"), move |cap, _| {
+        let mut cap = Some(cap);
+        let mut writer: Option<Result<OutWriter, String>> = None;
+        let mut stat = Written::default();
+        let mut failed = false;
+        move |(input, frontier), _output| {
+            let w = writer.get_or_insert_with(|| file.open::<T>(me == 0));
+            input.for_each(|_, data| {
+                for it in data.take_items() {
+                    let tuples: Vec<Tuple<T>> = match it.body {
+                        Body::Tuple(k, b) => vec![(k, b)],
+                        Body::EveryTuple(k, b) if me == 0 => vec![(k, b)],
+                        Body::Every(list) if me == 0 => list.iter().cloned().collect(),
+                        _ => Vec::new(),
+                    };
+                    for (k, b) in tuples {
+                        let r = match w {
+                            Ok(w) => w.write(&k, &b),
+                            Err(e) => Err(e.clone()),
+                        };
+                        match r {
+                            Ok(()) => {
+                                stat.tuples += 1;
+                                for &x in b.as_slice() {
+                                    let x = x.to_f64();
+                                    stat.sum += x;
+                                    stat.abs_sum += x.abs();
+                                }
+                            }
+                            Err(e) if !failed => {
+                                failed = true;
+                                let e = InterpError::BadNode {
+                                    node: name.clone(),
+                                    message: format!("writing the output: {e}"),
+                                };
+                                record_error(&r1, usize::MAX, me, &e);
+                            }
+                            Err(_) => {}
+                        }
+                    }
+                }
+            });
+            if frontier.is_empty() && cap.take().is_some() {
+                r1.borrow_mut().written.insert(name.clone(), stat);
+            }
+        }
+    })
+}
+
+/// Send an output's tuples (sorted, with their site) to worker 0, which keeps them.
+pub(super) fn gather<'s, T: Elem>(p: &Arc<Proc<T>>, me: usize, name: &str, s: S<'s, T>) {
+    let routed = s.unary_frontier::<CB<T>, _, _, _>(Pipeline, &format!("gather {name}"), move |cap, _| {
+        let mut cap = Some(cap);
+        let mut stash = Stash::<T>::default();
+        move |(input, frontier), output| {
+            input.for_each(|_, data| stash.absorb(data));
+            if frontier.is_empty() {
+                if let Some(c) = cap.take() {
+                    let (own, every) = stash.parts();
+                    let mut session = output.session(&c);
+                    for (k, b) in own {
+                        session.give(Item::tuple(0, me as u32, k, b));
+                    }
+                    if me == 0 && !every.is_empty() {
+                        session.give(Item::every(0, every));
+                    }
+                }
+            }
+        }
+    });
+    let p2 = p.clone();
+    let name = name.to_string();
+    routed.sink(exchange::<T>(), &format!("collect {name}"), move |(input, frontier)| {
+        input.for_each(|_, data| {
+            let mut c = lock(&p2.collected);
+            let entry = c.outputs.entry(name.clone()).or_insert_with(|| (vec![Vec::new(); p2.sites], Vec::new()));
+            for it in data.take_items() {
+                match it.body {
+                    Body::Tuple(k, b) => entry.0[it.tag as usize].push((k, b)),
+                    Body::Every(list) => entry.1.extend(list.iter().cloned()),
+                    Body::EveryTuple(k, b) => entry.1.push((k, b)),
+                    Body::Meta(_) => {}
+                }
+            }
+        });
+        if frontier.is_empty() && me == 0 {
+            lock(&p2.collected).outputs.entry(name.clone()).or_insert_with(|| (vec![Vec::new(); p2.sites], Vec::new()));
+        }
+    });
+}
+
+/// Process 0: the outputs and the figures of every worker.
+pub(super) fn finish<T: Elem>(p: &Proc<T>, c: Collected<T>, wall_ms: f64) -> Result<ClusterRun<T>, ClusterError> {
+    let mut errors: Vec<ErrorRecord> = c.reports.iter().flat_map(|r| r.errors.iter().cloned()).collect();
+    errors.sort_by_key(|e| (e.stage, e.site));
+    if let Some(e) = errors.into_iter().next() {
+        return Err(ClusterError { node: e.node, message: e.message });
+    }
+    if c.reports.len() != p.sites {
+        return Err(plain(format!("only {} of {} sites reported", c.reports.len(), p.sites)));
+    }
+    let mut outputs = BTreeMap::new();
+    for o in p.prep.plan.outputs.iter().filter(|o| !p.cfg.files.contains_key(*o)) {
+        let (sites, every) = c.outputs.get(o).cloned().unwrap_or_else(|| (vec![Vec::new(); p.sites], Vec::new()));
+        let mut every = every;
+        every.sort_by(|a, b| a.0.cmp(&b.0));
+        outputs.insert(
+            o.clone(),
+            PhysValue { sites: sites.into_iter().map(Arc::new).collect(), everywhere: Arc::new(every) },
+        );
+    }
+    let n = p.prep.steps.len();
+    let mut done = vec![0u64; n];
+    let mut busy = vec![vec![0f64; p.sites]; n];
+    let mut moved = vec![0u64; n];
+    let mut tuples = vec![0u64; n];
+    let mut load_ns = 0u64;
+    let mut first = vec![u64::MAX; n];
+    let mut wire_bytes = vec![0u64; n];
+    for r in &c.reports {
+        load_ns = load_ns.max(r.load_ns);
+        for (i, st) in r.steps.iter().enumerate().take(n) {
+            done[i] = done[i].max(st.done_ns);
+            if st.first_ns > 0 {
+                first[i] = first[i].min(st.first_ns);
+            }
+            wire_bytes[i] += st.wire_bytes;
+            if r.site < p.sites {
+                busy[i][r.site] = st.busy_ns as f64 / 1e6;
+            }
+            moved[i] += st.moved;
+            tuples[i] += st.tuples;
+        }
+    }
+    let index: HashMap<&str, usize> = p.prep.steps.iter().enumerate().map(|(i, s)| (s.name.as_str(), i)).collect();
+    let mut floats_moved = BTreeMap::new();
+    let mut wire = BTreeMap::new();
+    let mut nodes = Vec::with_capacity(n);
+    for (i, step) in p.prep.steps.iter().enumerate() {
+        let exchange = matches!(step.op, IaOp::Shuffle { .. } | IaOp::Broadcast { .. });
+        if exchange {
+            floats_moved.insert(step.name.clone(), moved[i]);
+            let ms = if first[i] == u64::MAX { 0.0 } else { done[i].saturating_sub(first[i]) as f64 / 1e6 };
+            wire.insert(step.name.clone(), WireStat { bytes: wire_bytes[i], ms });
+        }
+        let operands: Vec<&str> = match &step.fused {
+            Some(j) => p.prep.plan.nodes[j].operands(),
+            None => step.op.operands(),
+        };
+        let start = operands.iter().filter_map(|o| index.get(o).map(|&j| done[j])).max().unwrap_or(load_ns);
+        let wall = if step.skip.is_some() { 0.0 } else { done[i].saturating_sub(start) as f64 / 1e6 };
+        nodes.push(NodeStats {
+            name: step.name.clone(),
+            op: step.op.op_name(),
+            wall_ms: wall,
+            site_ms: busy[i].clone(),
+            floats_moved: exchange.then_some(moved[i]),
+            tuples: step.skip.is_none().then_some(tuples[i]),
+            fused_into: step.skip.clone(),
+        });
+    }
+    let mut written: BTreeMap<String, Written> = BTreeMap::new();
+    for r in &c.reports {
+        for (o, w) in &r.written {
+            let e = written.entry(o.clone()).or_default();
+            e.tuples += w.tuples;
+            e.sum += w.sum;
+            e.abs_sum += w.abs_sum;
+        }
+    }
+    Ok(ClusterRun {
+        sites: p.sites,
+        processes: p.processes,
+        workers: p.workers,
+        outputs,
+        written,
+        floats_moved,
+        nodes,
+        wall_ms,
+        load_ms: load_ns as f64 / 1e6,
+        wire,
+    })
+}
