@@ -382,6 +382,7 @@ fn signal_name(sig: usize) -> &'static str {
 /// `tra run` with `--processes` or `--hosts`: the JSON summary.
 pub fn run_cluster_command(args: &RunArgs, cluster: &ClusterArgs) -> Result<String, String> {
     let t_start = Instant::now();
+    crate::server::init_tracing_with("warn,egg=warn");
     let hosts = match &cluster.hosts {
         Some(h) => Some(agent::read_hosts(h)?),
         None => None,

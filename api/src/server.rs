@@ -554,9 +554,16 @@ pub async fn serve_with_shutdown(
 /// (default `info,egg=warn`: egg logs every iteration at `info`). Does
 /// nothing if a global subscriber is already set.
 pub fn init_tracing() {
+    init_tracing_with("info,egg=warn");
+}
+
+/// Logs to stderr at `default` level unless `RUST_LOG` says otherwise: the
+/// one-shot commands use `warn`, so a job process's warnings and errors
+/// (forwarded through `tracing`) reach the user without the service's chatter.
+pub fn init_tracing_with(default: &str) {
     use std::io::IsTerminal;
     use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,egg=warn"));
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
