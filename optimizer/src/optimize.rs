@@ -188,6 +188,29 @@ fn stop_when_expired(_: &mut Runner<Ia, TraAnalysis, ()>) -> Result<(), String> 
     Ok(())
 }
 
+/// egg's report of one saturation phase (stop reason, iterations, e-graph
+/// size, time per stage) and its per-iteration data, at debug level
+/// (`RUST_LOG=tra_optimizer=debug`).
+fn log_report(phase: &str, runner: &Runner<Ia, TraAnalysis, ()>) {
+    if !tracing::enabled!(tracing::Level::DEBUG) {
+        return;
+    }
+    tracing::debug!(phase, "saturation report:\n{}", runner.report());
+    for (i, it) in runner.iterations.iter().enumerate() {
+        tracing::debug!(
+            phase,
+            iteration = i,
+            nodes = it.egraph_nodes,
+            classes = it.egraph_classes,
+            applied = ?it.applied,
+            search_ms = it.search_time * 1000.0,
+            apply_ms = it.apply_time * 1000.0,
+            rebuild_ms = it.rebuild_time * 1000.0,
+            "saturation iteration"
+        );
+    }
+}
+
 /// Optimize a TRA program with the given rules; a rule that breaks an
 /// invariant of the e-graph fails the optimization
 /// ([`OnRuleFailure::Fail`]).
@@ -244,6 +267,7 @@ fn attempt(
             .with_hook(stop_when_expired)
             .with_hook(begin)
             .run(lowering.iter().copied());
+        log_report("lowering", &r1);
         let mut iterations = r1.iterations.len();
         let lower_stop = r1.stop_reason.clone();
         let remaining = sat_time.saturating_sub(sat_start.elapsed());
@@ -255,6 +279,7 @@ fn attempt(
             .with_hook(stop_when_expired)
             .with_hook(begin)
             .run(all.iter().copied());
+        log_report("all rules", &r2);
         iterations += r2.iterations.len();
         let stop = match lower_stop {
             Some(StopReason::Saturated) | None => r2.stop_reason.clone(),
@@ -369,12 +394,36 @@ fn rules_applied(eg: &TraEGraph, plan: &ExtractedPlan) -> Vec<String> {
     out
 }
 
+/// An optimization failure as the API's error object: a limit is
+/// `limit_exceeded`, a broken rule is `internal` (a bug in tra, not in the program).
 impl From<&OptimizeError> for ProgramError {
     fn from(e: &OptimizeError) -> ProgramError {
         match e {
             OptimizeError::Program(p) => p.clone(),
             OptimizeError::Limit(m) => ProgramError::new(ErrorCode::LimitExceeded, "", m.clone()),
-            OptimizeError::Internal(m) => ProgramError::new(ErrorCode::LimitExceeded, "", m.clone()),
+            OptimizeError::Internal(_) => ProgramError::new(ErrorCode::Internal, "", e.to_string()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_optimize_error_keeps_its_kind_as_a_program_error() {
+        let program = ProgramError::new(ErrorCode::BadField, "Z.op", "Z: bad op");
+        assert_eq!(ProgramError::from(&OptimizeError::Program(program.clone())), program);
+
+        let limit = ProgramError::from(&OptimizeError::Limit("node limit".into()));
+        assert_eq!(
+            (limit.code, limit.at.as_str(), limit.message.as_str()),
+            (ErrorCode::LimitExceeded, "", "node limit")
+        );
+
+        let internal = ProgramError::from(&OptimizeError::Internal("rule `R1-1` broke an invariant".into()));
+        assert_eq!(internal.code, ErrorCode::Internal);
+        assert_eq!(internal.code.as_str(), "internal");
+        assert_eq!(internal.message, "internal error: rule `R1-1` broke an invariant");
     }
 }
