@@ -11,7 +11,6 @@ pub mod cost;
 pub mod deadline;
 pub mod describe;
 pub mod egraph;
-pub mod einsum;
 pub mod error;
 pub mod extract;
 pub mod kernel;
