@@ -12,11 +12,11 @@ use tra_optimizer::ErrorCode;
 
 /// An index: a letter (its code point) or axis `j` of `...` (`ELLIPSIS + j`).
 pub(crate) type Label = u32;
-pub(crate) const ELLIPSIS: Label = 1 << 20;
+const ELLIPSIS: Label = 1 << 20;
 
 /// One occurrence of an index on an operand's axis.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Occurrence {
+struct Occurrence {
     pub(crate) operand: usize,
     pub(crate) axis: usize,
     pub(crate) pos: usize,

@@ -8,7 +8,7 @@ use tra_optimizer::kernel::KernelRef;
 use tra_optimizer::keyexpr::{KeyFn, Predicate};
 use tra_optimizer::program::TraOp;
 
-pub(crate) fn key_fn(text: &str) -> KeyFn {
+fn key_fn(text: &str) -> KeyFn {
     KeyFn::parse(text).expect("generated key expressions parse")
 }
 
@@ -16,7 +16,7 @@ pub(crate) fn positions(of: &[Label], within: &[Label]) -> Vec<usize> {
     of.iter().map(|l| within.iter().position(|m| m == l).expect("a label of the relation")).collect()
 }
 
-pub(crate) fn permute_key(perm: &[usize]) -> KeyFn {
+fn permute_key(perm: &[usize]) -> KeyFn {
     let parts: Vec<String> = perm.iter().map(|p| format!("k{p}")).collect();
     key_fn(&format!("[{}]", parts.join(", ")))
 }
@@ -31,7 +31,7 @@ pub(crate) fn distinct(l: &[Label]) -> Vec<Label> {
     out
 }
 
-pub(crate) fn same_set(a: &[Label], b: &[Label]) -> bool {
+fn same_set(a: &[Label], b: &[Label]) -> bool {
     a.len() == b.len() && a.iter().all(|x| b.contains(x))
 }
 
@@ -107,11 +107,7 @@ pub(crate) fn unary_ops(
 
 /// `(swap, kernel, left key dim, right key dim, group_by)` when the
 /// contraction is a block matrix product.
-pub(crate) fn matmul_form(
-    lx: &[Label],
-    ly: &[Label],
-    res: &[Label],
-) -> Option<(bool, &'static str, usize, usize, Vec<usize>)> {
+fn matmul_form(lx: &[Label], ly: &[Label], res: &[Label]) -> Option<(bool, &'static str, usize, usize, Vec<usize>)> {
     if lx.len() != 2 || ly.len() != 2 || res.len() != 2 || lx[0] == lx[1] || ly[0] == ly[1] || res[0] == res[1] {
         return None;
     }

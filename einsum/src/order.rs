@@ -23,7 +23,7 @@ pub(crate) enum Tree {
 }
 
 impl Tree {
-    pub(crate) fn mask(&self) -> u64 {
+    fn mask(&self) -> u64 {
         match self {
             Tree::Leaf(i) => 1 << i,
             Tree::Node(l, r) => l.mask() | r.mask(),
@@ -43,12 +43,12 @@ pub(crate) struct Search<'a, 'o> {
 }
 
 /// A candidate contraction: left labels, right labels, result labels.
-pub(crate) type PairKey = (Vec<Label>, Vec<Label>, Vec<Label>);
+type PairKey = (Vec<Label>, Vec<Label>, Vec<Label>);
 /// A greedy candidate: score, the two positions, the result's labels.
-pub(crate) type Pick = ((f64, u64, u64), usize, usize, Vec<Label>);
+type Pick = ((f64, u64, u64), usize, usize, Vec<Label>);
 
 impl Search<'_, '_> {
-    pub(crate) fn labels_of(&self, mask: u64) -> Vec<Label> {
+    fn labels_of(&self, mask: u64) -> Vec<Label> {
         let mut out = Vec::new();
         for (i, r) in self.rels.iter().enumerate() {
             if mask & (1 << i) != 0 {
@@ -77,7 +77,7 @@ impl Search<'_, '_> {
     }
 
     /// The cost of one contraction as a two-input program.
-    pub(crate) fn pair_cost(&mut self, lx: &[Label], ly: &[Label], res: &[Label]) -> Cost {
+    fn pair_cost(&mut self, lx: &[Label], ly: &[Label], res: &[Label]) -> Cost {
         let key = (lx.to_vec(), ly.to_vec(), res.to_vec());
         if let Some(c) = self.memo.get(&key) {
             return *c;
@@ -250,7 +250,7 @@ impl Emitter {
 }
 
 /// The cost of a program's Table-1 compilation.
-pub(crate) fn table1_cost(p: &Program, w: Weights) -> Option<Cost> {
+fn table1_cost(p: &Program, w: Weights) -> Option<Cost> {
     let typed = check_program(p).ok()?;
     let plan = table1(p, &typed);
     let sites = p.cluster().sites;
