@@ -12,7 +12,7 @@ use crate::egraph::{
     TraAnalysis, TraEGraph,
 };
 use crate::error::{ErrorCode, ProgramError};
-use crate::extract::{choose_among, plan_cost, NodeCosts};
+use crate::extract::{choose_among, plan_cost, NoPlan, NodeCosts};
 use crate::program::{Plan, Program};
 use crate::rule::RuleDef;
 use crate::rule_failure::{self, catch_panic, AttemptError, RuleFailure};
@@ -336,7 +336,7 @@ fn attempt(
         }
         let extracted = match choice.plan(&eg, &roots) {
             Ok(x) => x,
-            Err(output) if allowed.is_empty() => {
+            Err(NoPlan { output }) if allowed.is_empty() => {
                 return Err(AttemptError::Error(OptimizeError::Limit(format!(
                 "saturation stopped ({stop_reason}) before output `{output}` had an executable plan; raise the limits"
             ))))
