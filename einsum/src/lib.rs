@@ -65,7 +65,7 @@
 //!
 //! With more than two operands the pairwise order is chosen with the cost
 //! model, not left to right: every candidate contraction is a small TRA
-//! program (two inputs, join, aggregate) costed by [`optimize`] (or, if that
+//! program (two inputs, join, aggregate) costed by [`optimize`](tra_optimizer::optimize::optimize) (or, if that
 //! fails, by its Table-1 compilation); dynamic programming over subsets of
 //! operands picks the cheapest tree for up to [`DP_MAX_OPERANDS`] operands,
 //! a greedy choice of the cheapest pair at each step beyond that (or when the
