@@ -5,10 +5,49 @@
 use super::ast::{AddOp, CmpOp, Component, IntExpr, MulOp, PredExpr};
 use super::{Key, KeyFn, Predicate};
 
-/// An evaluation error (a component out of range, division by zero, a negative result).
+/// An evaluation error: what went wrong, in which expression, for which key.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct EvalError(pub String);
+pub enum EvalError {
+    /// `k<dim>` read from a key with too few components.
+    #[error("k{dim} is out of range for a key of arity {arity}")]
+    KeyOutOfRange {
+        /// The component read.
+        dim: usize,
+        /// The key's arity.
+        arity: usize,
+    },
+    /// A sum, product or negation outside `i64`.
+    #[error("arithmetic overflow in `{expr}` for key {key:?}")]
+    Overflow {
+        /// The expression, as text.
+        expr: String,
+        /// The input key.
+        key: Key,
+    },
+    /// `/` or `%` by zero.
+    #[error("division by zero in `{expr}` for key {key:?}")]
+    DivisionByZero {
+        /// The expression, as text.
+        expr: String,
+        /// The input key.
+        key: Key,
+    },
+    /// An output component below 0 or above `u32::MAX`.
+    #[error(
+        "component {position} of `{key_fn}` is {value} for key {key:?}: {}",
+        if *value < 0 { "key components must be natural numbers".to_string() } else { format!("key components must be at most {}", u32::MAX) }
+    )]
+    ComponentOutOfRange {
+        /// Which output component (0-based).
+        position: usize,
+        /// The key expression, as text.
+        key_fn: String,
+        /// The value it had.
+        value: i64,
+        /// The input key.
+        key: Key,
+    },
+}
 
 impl CmpOp {
     fn holds(self, l: i64, r: i64) -> bool {
@@ -24,12 +63,12 @@ impl CmpOp {
 }
 
 fn key_out_of_range(i: usize, key: &[u32]) -> EvalError {
-    EvalError(format!("k{i} is out of range for a key of arity {}", key.len()))
+    EvalError::KeyOutOfRange { dim: i, arity: key.len() }
 }
 
 impl IntExpr {
     pub(super) fn eval(&self, key: &[u32]) -> Result<i64, EvalError> {
-        let overflow = || EvalError(format!("arithmetic overflow in `{self}` for key {key:?}"));
+        let overflow = || EvalError::Overflow { expr: self.to_string(), key: key.to_vec() };
         match self {
             IntExpr::Lit(v) => Ok(*v),
             IntExpr::Key(i) => key.get(*i).map(|&v| i64::from(v)).ok_or_else(|| key_out_of_range(*i, key)),
@@ -51,7 +90,7 @@ impl IntExpr {
                 for (op, e) in rest {
                     let v = e.eval(key)?;
                     if v == 0 && *op != MulOp::Mul {
-                        return Err(EvalError(format!("division by zero in `{self}` for key {key:?}")));
+                        return Err(EvalError::DivisionByZero { expr: self.to_string(), key: key.to_vec() });
                     }
                     acc = match op {
                         MulOp::Mul => acc.checked_mul(v),
@@ -92,8 +131,6 @@ impl PredExpr {
     }
 }
 
-// Public API
-
 impl KeyFn {
     /// The output keys for one input key, ranges enumerated in lexicographic order.
     pub fn eval(&self, key: &[u32]) -> Result<Vec<Key>, EvalError> {
@@ -104,13 +141,11 @@ impl KeyFn {
                 Component::Range(..) => None,
                 Component::Expr(e) => {
                     let v = e.eval(key)?;
-                    let v = u32::try_from(v).map_err(|_| {
-                        let why = if v < 0 {
-                            "key components must be natural numbers".to_string()
-                        } else {
-                            format!("key components must be at most {}", u32::MAX)
-                        };
-                        EvalError(format!("component {pos} of `{self}` is {v} for key {key:?}: {why}"))
+                    let v = u32::try_from(v).map_err(|_| EvalError::ComponentOutOfRange {
+                        position: pos,
+                        key_fn: self.to_string(),
+                        value: v,
+                        key: key.to_vec(),
                     })?;
                     Some(v)
                 }

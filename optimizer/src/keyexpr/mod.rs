@@ -108,8 +108,6 @@ pub struct Predicate {
     expr: PredExpr,
 }
 
-// Public API
-
 impl KeyFn {
     /// `[k0, ..., k{arity-1}]`.
     pub fn identity(arity: usize) -> KeyFn {

@@ -499,8 +499,6 @@ impl<'a> Parser<'a> {
     }
 }
 
-// Public API
-
 impl KeyFn {
     /// Parse `[e, e, ...]`, a bare single expression `e`, or `[]`.
     pub fn parse(src: &str) -> Result<KeyFn, ParseError> {

@@ -239,7 +239,7 @@ fn deep_nesting_is_a_parse_error() {
 
 #[test]
 fn eval_errors() {
-    let err = |f: &str, key: &[u32]| k(f).eval(key).unwrap_err().0;
+    let err = |f: &str, key: &[u32]| k(f).eval(key).unwrap_err().to_string();
     assert_eq!(err("[k3]", &[1, 2]), "k3 is out of range for a key of arity 2");
     assert_eq!(
         err("[k0 - 1]", &[0]),
@@ -257,8 +257,14 @@ fn eval_errors() {
     // Intermediate values may be negative.
     assert_eq!(k("[k0 - 5 + k1]").eval(&[1, 5]).unwrap(), vec![vec![1]]);
 
-    assert_eq!(p("k5 == 1").eval(&[1]).unwrap_err().0, "k5 is out of range for a key of arity 1");
-    assert_eq!(p("k0 % k1 == 0").eval(&[1, 0]).unwrap_err().0, "division by zero in `k0%k1` for key [1, 0]");
+    assert_eq!(p("k5 == 1").eval(&[1]).unwrap_err().to_string(), "k5 is out of range for a key of arity 1");
+    assert_eq!(p("k0 % k1 == 0").eval(&[1, 0]).unwrap_err().to_string(), "division by zero in `k0%k1` for key [1, 0]");
+    // The error says what and where as data, too.
+    assert_eq!(p("k5 == 1").eval(&[1]).unwrap_err(), EvalError::KeyOutOfRange { dim: 5, arity: 1 });
+    assert_eq!(
+        k("[k0 - 1]").eval(&[0]).unwrap_err(),
+        EvalError::ComponentOutOfRange { position: 0, key_fn: "[k0 - 1]".into(), value: -1, key: vec![0] }
+    );
     assert!(p("k0 - 9 < 0").eval(&[1]).unwrap());
 }
 
