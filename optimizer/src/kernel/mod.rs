@@ -98,6 +98,13 @@
 //!    flops(outer, b) + flops(inner on outer's outputs) — `compose(diag,
 //!    matAdd)` on `[n,n]` operands costs n;
 //! 3. otherwise `outer(inner(…))`: flops(inner) + flops(outer on inner's output).
+//!
+//! # Layout
+//!
+//! `catalog` holds the entries and decodes a name and its arguments; `shape`
+//! the shape rules and flop counts; `parse` the text and JSON forms;
+//! `einsum_spec` the `einSum` spec. This module keeps [`KernelRef`], its
+//! checks and algebraic queries.
 
 mod catalog;
 mod einsum_spec;

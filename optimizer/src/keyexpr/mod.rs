@@ -76,6 +76,13 @@
 //! [`Predicate::substitute`] return `None` rather than build a value whose text
 //! form would exceed that limit. (Only [`Predicate::and`] can exceed it, by one
 //! level, when a conjunct is a `||` already nested [`MAX_NESTING`] deep.)
+//!
+//! # Layout
+//!
+//! `ast` holds the syntax tree, its structural operations and its text form;
+//! `lexer` the tokens; `parser` the parser and [`ParseError`]; `eval` the
+//! evaluator and [`EvalError`]. This module keeps the public types and their
+//! operations (composition, substitution, remapping).
 
 mod ast;
 mod eval;
