@@ -8,7 +8,8 @@ use tra_optimizer::{ErrorCode, ProgramError};
 /// An einsum mistake: what kind (the API's code), where in the request
 /// (`expression`, `inputs.A.block`, `output`), and for mistakes in the
 /// expression the 0-based character position.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, thiserror::Error)]
+#[error("{message}")]
 pub struct EinsumError {
     /// The kind of mistake, in the program-error vocabulary.
     pub code: ErrorCode,
@@ -42,14 +43,6 @@ impl EinsumError {
         self.position.map(|p| format!("  {}\n  {}^", self.expression, " ".repeat(p)))
     }
 }
-
-impl fmt::Display for EinsumError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.message)
-    }
-}
-
-impl std::error::Error for EinsumError {}
 
 impl From<EinsumError> for ProgramError {
     fn from(e: EinsumError) -> ProgramError {
