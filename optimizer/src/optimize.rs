@@ -426,4 +426,50 @@ mod tests {
         assert_eq!(internal.code.as_str(), "internal");
         assert_eq!(internal.message, "internal error: rule `R1-1` broke an invariant");
     }
+
+    /// Log lines written to a shared buffer.
+    #[derive(Clone, Default)]
+    struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Captured {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    fn logs_at(level: tracing::Level) -> String {
+        let program = Program::from_json(
+            r#"{"inputs": {"A": {"key_bounds": [2], "array_bounds": [3]}},
+                "nodes": {"B": {"op": "transform", "input": "A", "kernel": "relu"}},
+                "outputs": ["B"]}"#,
+        )
+        .unwrap();
+        let captured = Captured::default();
+        let writer = captured.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(level)
+            .with_ansi(false)
+            .with_writer(move || writer.clone())
+            .finish();
+        // No rules: nothing lowers, so no plan; both phases still run and report.
+        let _ = tracing::subscriber::with_default(subscriber, || optimize(&program, &[], &Limits::default()));
+        let text = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+        text
+    }
+
+    #[test]
+    fn egg_reports_each_phase_at_debug_level_only() {
+        let debug = logs_at(tracing::Level::DEBUG);
+        for phase in ["lowering", "all rules"] {
+            assert!(debug.contains(&format!("phase=\"{phase}\"")), "{debug}");
+        }
+        assert!(debug.contains("saturation report"), "{debug}");
+        assert!(debug.contains("Stop reason: Saturated"), "{debug}");
+        assert!(debug.contains("saturation iteration"), "{debug}");
+        assert!(!logs_at(tracing::Level::INFO).contains("saturation report"));
+    }
 }
