@@ -306,9 +306,7 @@ fn attempt(
         AttemptError::Rule(RuleFailure { rules, while_rebuilding, at, message })
     })?;
 
-    if std::env::var_os("TRA_PROFILE").is_some() {
-        eprintln!("saturation: {:.1} ms", start.elapsed().as_secs_f64() * 1000.0);
-    }
+    tracing::debug!(saturation_ms = start.elapsed().as_secs_f64() * 1000.0, iterations, "saturation finished");
     let roots: IndexMap<String, Id> = roots.into_iter().map(|(n, id)| (n, eg.find(id))).collect();
     let stop_reason = stop_reason(&stop);
 
