@@ -1,5 +1,5 @@
 //! The einsum front-end over HTTP and on the command line
-//! ([`tra_optimizer::einsum`] compiles; this module serves and runs).
+//! ([`tra_einsum`] compiles; this module serves and runs).
 //!
 //! - `POST /v1/einsum`: `{"expression": "ij,jk->ik", "inputs": {"A": {"shape":
 //!   [m, k], "block": 1000}, "B": {"shape": [k, n]}}, "block": 1000, "output":
@@ -26,12 +26,12 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::OnceLock;
 use std::time::Instant;
-use tra_executor::npy;
-use tra_executor::reference::{AnyLayout, Relation};
-use tra_optimizer::einsum::{
+use tra_einsum::{
     compile, BlockSpec, Compiled, EinsumError, Operand, OperandInfo, Options, OutputInfo, Request, DEFAULT_BLOCK,
     DEFAULT_OUTPUT,
 };
+use tra_executor::npy;
+use tra_executor::reference::{AnyLayout, Relation};
 use tra_optimizer::optimize::{optimize_with, Limits, OnRuleFailure, OptimizeError};
 use tra_optimizer::rule::RuleDef;
 use tra_optimizer::{Cluster, ProgramError};

@@ -35,6 +35,8 @@ pub enum ErrorCode {
     UnknownOutput,
     /// A limit (key space enumeration, e-graph size, time) stopped the work.
     LimitExceeded,
+    /// A bug in tra (a rule broke an invariant of the e-graph), not in the program.
+    Internal,
 }
 
 impl ErrorCode {
@@ -55,6 +57,7 @@ impl ErrorCode {
             ErrorCode::BadKernelShape => "bad_kernel_shape",
             ErrorCode::UnknownOutput => "unknown_output",
             ErrorCode::LimitExceeded => "limit_exceeded",
+            ErrorCode::Internal => "internal",
         }
     }
 }

@@ -127,6 +127,16 @@ pub fn choose_among(eg: &TraEGraph, costs: &NodeCosts, allow: &dyn Fn(&TraEGraph
     Choice { best }
 }
 
+/// An output whose e-class has no executable plan under the extraction's
+/// restriction (saturation stopped before one was built, or the restriction
+/// excludes every plan).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("output `{output}` has no executable plan")]
+pub struct NoPlan {
+    /// The output's name.
+    pub output: String,
+}
+
 impl Choice {
     /// The cost of the best plan of a class (tree of choices, shared classes once).
     pub fn cost_of(&self, class: Id) -> Option<Cost> {
@@ -140,7 +150,7 @@ impl Choice {
 
     /// Build the plan for several roots (shared classes appear once), or the
     /// first root that has no executable plan.
-    pub fn plan(&self, eg: &TraEGraph, roots: &IndexMap<String, Id>) -> Result<ExtractedPlan, String> {
+    pub fn plan(&self, eg: &TraEGraph, roots: &IndexMap<String, Id>) -> Result<ExtractedPlan, NoPlan> {
         let mut expr: RecExpr<Ia> = RecExpr::default();
         let mut memo: HashMap<Id, Id> = HashMap::default();
         let mut out_roots = IndexMap::new();
@@ -148,7 +158,7 @@ impl Choice {
         for (name, &root) in roots {
             let root = eg.find(root);
             if !self.best.contains_key(&root) {
-                return Err(name.clone());
+                return Err(NoPlan { output: name.clone() });
             }
             // Iterative post-order build, so deep plans cannot overflow the stack.
             let mut stack: Vec<(Id, bool)> = vec![(root, false)];
@@ -156,7 +166,7 @@ impl Choice {
                 if memo.contains_key(&c) {
                     continue;
                 }
-                let node = &self.best.get(&c).ok_or_else(|| name.clone())?.0;
+                let node = &self.best.get(&c).ok_or_else(|| NoPlan { output: name.clone() })?.0;
                 if !expanded {
                     stack.push((c, true));
                     for ch in node.children() {

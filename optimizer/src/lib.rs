@@ -1,6 +1,8 @@
 //! tra's optimizer: TRA programs and IA plans, type and frontier inference,
-//! TRA→IA compilation, and (in later modules) the two-sort IA e-graph, the cost
-//! model and extraction.
+//! TRA→IA compilation, the two-sort IA e-graph, the cost model and
+//! extraction. Front-ends (the JSON API, the einsum front-end) build a
+//! [`Program`] and call [`optimize::optimize`]; the contract they rely on is
+//! `docs/API.md`.
 #![warn(missing_docs)]
 
 pub mod check;
@@ -9,7 +11,6 @@ pub mod cost;
 pub mod deadline;
 pub mod describe;
 pub mod egraph;
-pub mod einsum;
 pub mod error;
 pub mod extract;
 pub mod kernel;

@@ -12,7 +12,7 @@ use crate::egraph::{
     TraAnalysis, TraEGraph,
 };
 use crate::error::{ErrorCode, ProgramError};
-use crate::extract::{choose_among, plan_cost, NodeCosts};
+use crate::extract::{choose_among, plan_cost, NoPlan, NodeCosts};
 use crate::program::{Plan, Program};
 use crate::rule::RuleDef;
 use crate::rule_failure::{self, catch_panic, AttemptError, RuleFailure};
@@ -188,6 +188,29 @@ fn stop_when_expired(_: &mut Runner<Ia, TraAnalysis, ()>) -> Result<(), String> 
     Ok(())
 }
 
+/// egg's report of one saturation phase (stop reason, iterations, e-graph
+/// size, time per stage) and its per-iteration data, at debug level
+/// (`RUST_LOG=tra_optimizer=debug`).
+fn log_report(phase: &str, runner: &Runner<Ia, TraAnalysis, ()>) {
+    if !tracing::enabled!(tracing::Level::DEBUG) {
+        return;
+    }
+    tracing::debug!(phase, "saturation report:\n{}", runner.report());
+    for (i, it) in runner.iterations.iter().enumerate() {
+        tracing::debug!(
+            phase,
+            iteration = i,
+            nodes = it.egraph_nodes,
+            classes = it.egraph_classes,
+            applied = ?it.applied,
+            search_ms = it.search_time * 1000.0,
+            apply_ms = it.apply_time * 1000.0,
+            rebuild_ms = it.rebuild_time * 1000.0,
+            "saturation iteration"
+        );
+    }
+}
+
 /// Optimize a TRA program with the given rules; a rule that breaks an
 /// invariant of the e-graph fails the optimization
 /// ([`OnRuleFailure::Fail`]).
@@ -244,6 +267,7 @@ fn attempt(
             .with_hook(stop_when_expired)
             .with_hook(begin)
             .run(lowering.iter().copied());
+        log_report("lowering", &r1);
         let mut iterations = r1.iterations.len();
         let lower_stop = r1.stop_reason.clone();
         let remaining = sat_time.saturating_sub(sat_start.elapsed());
@@ -255,6 +279,7 @@ fn attempt(
             .with_hook(stop_when_expired)
             .with_hook(begin)
             .run(all.iter().copied());
+        log_report("all rules", &r2);
         iterations += r2.iterations.len();
         let stop = match lower_stop {
             Some(StopReason::Saturated) | None => r2.stop_reason.clone(),
@@ -281,9 +306,7 @@ fn attempt(
         AttemptError::Rule(RuleFailure { rules, while_rebuilding, at, message })
     })?;
 
-    if std::env::var_os("TRA_PROFILE").is_some() {
-        eprintln!("saturation: {:.1} ms", start.elapsed().as_secs_f64() * 1000.0);
-    }
+    tracing::debug!(saturation_ms = start.elapsed().as_secs_f64() * 1000.0, iterations, "saturation finished");
     let roots: IndexMap<String, Id> = roots.into_iter().map(|(n, id)| (n, eg.find(id))).collect();
     let stop_reason = stop_reason(&stop);
 
@@ -311,7 +334,7 @@ fn attempt(
         }
         let extracted = match choice.plan(&eg, &roots) {
             Ok(x) => x,
-            Err(output) if allowed.is_empty() => {
+            Err(NoPlan { output }) if allowed.is_empty() => {
                 return Err(AttemptError::Error(OptimizeError::Limit(format!(
                 "saturation stopped ({stop_reason}) before output `{output}` had an executable plan; raise the limits"
             ))))
@@ -369,12 +392,82 @@ fn rules_applied(eg: &TraEGraph, plan: &ExtractedPlan) -> Vec<String> {
     out
 }
 
+/// An optimization failure as the API's error object: a limit is
+/// `limit_exceeded`, a broken rule is `internal` (a bug in tra, not in the program).
 impl From<&OptimizeError> for ProgramError {
     fn from(e: &OptimizeError) -> ProgramError {
         match e {
             OptimizeError::Program(p) => p.clone(),
             OptimizeError::Limit(m) => ProgramError::new(ErrorCode::LimitExceeded, "", m.clone()),
-            OptimizeError::Internal(m) => ProgramError::new(ErrorCode::LimitExceeded, "", m.clone()),
+            OptimizeError::Internal(_) => ProgramError::new(ErrorCode::Internal, "", e.to_string()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_optimize_error_keeps_its_kind_as_a_program_error() {
+        let program = ProgramError::new(ErrorCode::BadField, "Z.op", "Z: bad op");
+        assert_eq!(ProgramError::from(&OptimizeError::Program(program.clone())), program);
+
+        let limit = ProgramError::from(&OptimizeError::Limit("node limit".into()));
+        assert_eq!(
+            (limit.code, limit.at.as_str(), limit.message.as_str()),
+            (ErrorCode::LimitExceeded, "", "node limit")
+        );
+
+        let internal = ProgramError::from(&OptimizeError::Internal("rule `R1-1` broke an invariant".into()));
+        assert_eq!(internal.code, ErrorCode::Internal);
+        assert_eq!(internal.code.as_str(), "internal");
+        assert_eq!(internal.message, "internal error: rule `R1-1` broke an invariant");
+    }
+
+    /// Log lines written to a shared buffer.
+    #[derive(Clone, Default)]
+    struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Captured {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    fn logs_at(level: tracing::Level) -> String {
+        let program = Program::from_json(
+            r#"{"inputs": {"A": {"key_bounds": [2], "array_bounds": [3]}},
+                "nodes": {"B": {"op": "transform", "input": "A", "kernel": "relu"}},
+                "outputs": ["B"]}"#,
+        )
+        .unwrap();
+        let captured = Captured::default();
+        let writer = captured.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(level)
+            .with_ansi(false)
+            .with_writer(move || writer.clone())
+            .finish();
+        // No rules: nothing lowers, so no plan; both phases still run and report.
+        let _ = tracing::subscriber::with_default(subscriber, || optimize(&program, &[], &Limits::default()));
+        let text = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+        text
+    }
+
+    #[test]
+    fn egg_reports_each_phase_at_debug_level_only() {
+        let debug = logs_at(tracing::Level::DEBUG);
+        for phase in ["lowering", "all rules"] {
+            assert!(debug.contains(&format!("phase=\"{phase}\"")), "{debug}");
+        }
+        assert!(debug.contains("saturation report"), "{debug}");
+        assert!(debug.contains("Stop reason: Saturated"), "{debug}");
+        assert!(debug.contains("saturation iteration"), "{debug}");
+        assert!(!logs_at(tracing::Level::INFO).contains("saturation report"));
     }
 }

@@ -31,7 +31,7 @@ pub struct Warning {
     pub message: String,
 }
 
-/// What [`optimize_with`] does when a rule breaks an invariant of the e-graph.
+/// What [`optimize_with`](crate::optimize::optimize_with) does when a rule breaks an invariant of the e-graph.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum OnRuleFailure {
     /// Fail with [`OptimizeError::Internal`] naming the rule (tests, `--strict`).

@@ -61,6 +61,7 @@ impl From<ProgramError> for ApiError {
             // Not even a JSON object: the request is unreadable.
             ErrorCode::BadJson => StatusCode::BAD_REQUEST,
             ErrorCode::LimitExceeded => StatusCode::SERVICE_UNAVAILABLE,
+            ErrorCode::Internal => StatusCode::INTERNAL_SERVER_ERROR,
             _ => StatusCode::UNPROCESSABLE_ENTITY,
         };
         ApiError { status, code: e.code.as_str().to_string(), message: e.message, at: e.at, retry_after: None }

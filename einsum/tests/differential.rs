@@ -1,4 +1,4 @@
-//! The einsum front-end ([`tra_optimizer::einsum`]) against a naive einsum
+//! The einsum front-end ([`tra_einsum`]) against a naive einsum
 //! written here (numpy's semantics: every assignment of the indices, one
 //! product each, summed into the output), on random expressions and shapes:
 //! any number of operands, shared, repeated (diagonal) and private indices,
@@ -15,9 +15,9 @@ use rand::seq::IndexedRandom;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::collections::BTreeMap;
+use tra_einsum::{compile, BlockSpec, Compiled, Operand, Options, Request};
 use tra_executor::reference::{eval_ia, eval_tra, AnyLayout, Relation};
 use tra_executor::threads;
-use tra_optimizer::einsum::{compile, BlockSpec, Compiled, Operand, Options, Request};
 use tra_optimizer::optimize::{optimize, Limits};
 use tra_optimizer::{Cluster, ErrorCode};
 

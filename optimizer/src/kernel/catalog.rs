@@ -1,0 +1,451 @@
+//! The catalog: one entry per named kernel (arity, parameters, algebraic
+//! facts, doc), the lookup with a close-name suggestion, and the decoding of
+//! a name and its arguments into a [`Kernel`] that the shape rules match on.
+
+use super::{EinSumSpec, KernelError, EINSUM};
+
+/// One catalog entry, as `GET /v1/kernels` lists it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct KernelInfo {
+    /// Name used in programs.
+    pub name: &'static str,
+    /// Number of block operands (1 or 2).
+    pub arity: usize,
+    /// Names of the arguments, e.g. `["dim", "size"]`.
+    pub params: &'static [&'static str],
+    /// What it computes, with its shape rule.
+    pub doc: &'static str,
+    /// Binary, associative and commutative: usable to aggregate, and to split
+    /// an aggregation in two phases.
+    pub assoc_comm: bool,
+    /// Works element by element (same shape in and out).
+    pub elementwise: bool,
+    /// Binary kernels `g` with `self(g(a, b)) == g(self(a), self(b))`.
+    pub distributes_over: &'static [&'static str],
+}
+
+/// The binary elementwise kernels: selecting elements (`diag`, `transpose`)
+/// distributes over all of them.
+const ELEMENTWISE_BINARY: &[&str] = &["matAdd", "matSub", "elemMul", "max", "min", "reluGrad", "sgdStep"];
+/// Linear maps distribute over addition and subtraction.
+const LINEAR: &[&str] = &["matAdd", "matSub"];
+
+/// Parameters whose values must be non-negative integers; every other
+/// parameter is a finite real number.
+fn is_integer_param(param: &str) -> bool {
+    matches!(param, "dim" | "size" | "key_dim" | "array_dim" | "o")
+}
+
+static CATALOG: &[KernelInfo] = &[
+    KernelInfo {
+        name: "matMul",
+        arity: 2,
+        params: &[],
+        doc: "Matrix product A·B: [m,k]×[k,n]→[m,n]. Flops 2mkn.",
+        assoc_comm: false,
+        elementwise: false,
+        distributes_over: &[],
+    },
+    KernelInfo {
+        name: "matMulTN",
+        arity: 2,
+        params: &[],
+        doc: "Aᵀ·B: [k,m]×[k,n]→[m,n]. Flops 2mkn.",
+        assoc_comm: false,
+        elementwise: false,
+        distributes_over: &[],
+    },
+    KernelInfo {
+        name: "matMulNT",
+        arity: 2,
+        params: &[],
+        doc: "A·Bᵀ: [m,k]×[n,k]→[m,n]. Flops 2mkn.",
+        assoc_comm: false,
+        elementwise: false,
+        distributes_over: &[],
+    },
+    KernelInfo {
+        name: "matMulTT",
+        arity: 2,
+        params: &[],
+        doc: "Aᵀ·Bᵀ: [k,m]×[n,k]→[m,n]. Flops 2mkn.",
+        assoc_comm: false,
+        elementwise: false,
+        distributes_over: &[],
+    },
+    KernelInfo {
+        name: "matAdd",
+        arity: 2,
+        params: &[],
+        doc: "Elementwise a+b of two arrays of the same shape (any rank, vectors too). Flops: element count.",
+        assoc_comm: true,
+        elementwise: true,
+        distributes_over: &[],
+    },
+    KernelInfo {
+        name: "matSub",
+        arity: 2,
+        params: &[],
+        doc: "Elementwise a−b of two arrays of the same shape. Flops: element count.",
+        assoc_comm: false,
+        elementwise: true,
+        distributes_over: &[],
+    },
+    KernelInfo {
+        name: "elemMul",
+        arity: 2,
+        params: &[],
+        doc: "Elementwise product a⊙b of two arrays of the same shape. Flops: element count.",
+        assoc_comm: true,
+        elementwise: true,
+        distributes_over: &[],
+    },
+    KernelInfo {
+        name: "max",
+        arity: 2,
+        params: &[],
+        doc: "Elementwise maximum of two arrays of the same shape (a NaN loses to a number). Flops: element count.",
+        assoc_comm: true,
+        elementwise: true,
+        distributes_over: &[],
+    },
+    KernelInfo {
+        name: "min",
+        arity: 2,
+        params: &[],
+        doc: "Elementwise minimum of two arrays of the same shape (a NaN loses to a number). Flops: element count.",
+        assoc_comm: true,
+        elementwise: true,
+        distributes_over: &[],
+    },
+    KernelInfo {
+        name: "reluGrad",
+        arity: 2,
+        params: &[],
+        doc: "(grad, z) → grad ⊙ (z > 0), same shapes. Flops: element count.",
+        assoc_comm: false,
+        elementwise: true,
+        distributes_over: &[],
+    },
+    KernelInfo {
+        name: "sgdStep",
+        arity: 2,
+        params: &["lr"],
+        doc: "(w, g) → w − lr·g, same shapes. Flops: 2 × element count.",
+        assoc_comm: false,
+        elementwise: true,
+        distributes_over: &[],
+    },
+    KernelInfo {
+        name: "relu",
+        arity: 1,
+        params: &[],
+        doc: "max(x, 0) elementwise, any shape. Flops: element count.",
+        assoc_comm: false,
+        elementwise: true,
+        distributes_over: &["max", "min"],
+    },
+    KernelInfo {
+        name: "sigmoid",
+        arity: 1,
+        params: &[],
+        doc: "1/(1+e^−x) elementwise, any shape. Flops: 4 × element count.",
+        assoc_comm: false,
+        elementwise: true,
+        distributes_over: &[],
+    },
+    KernelInfo {
+        name: "scale",
+        arity: 1,
+        params: &["c"],
+        doc: "c·x elementwise, any shape. Flops: element count.",
+        assoc_comm: false,
+        elementwise: true,
+        distributes_over: LINEAR,
+    },
+    KernelInfo {
+        name: "neg",
+        arity: 1,
+        params: &[],
+        doc: "−x elementwise, any shape. Flops: element count.",
+        assoc_comm: false,
+        elementwise: true,
+        distributes_over: LINEAR,
+    },
+    KernelInfo {
+        name: "diag",
+        arity: 1,
+        params: &[],
+        doc: "The diagonal of a square matrix: [n,n]→[n]. Flops 0.",
+        assoc_comm: false,
+        elementwise: false,
+        distributes_over: ELEMENTWISE_BINARY,
+    },
+    KernelInfo {
+        name: "transpose",
+        arity: 1,
+        params: &[],
+        doc: "Matrix transpose: [m,n]→[n,m]. Flops 0.",
+        assoc_comm: false,
+        elementwise: false,
+        distributes_over: ELEMENTWISE_BINARY,
+    },
+    KernelInfo {
+        name: "matVecAdd",
+        arity: 2,
+        params: &[],
+        doc: "Adds the vector to every row (bias add): [m,n]×[n]→[m,n]. Flops mn.",
+        assoc_comm: false,
+        elementwise: false,
+        distributes_over: &[],
+    },
+    KernelInfo {
+        name: "matVecSub",
+        arity: 2,
+        params: &[],
+        doc: "Subtracts the vector from every row: [m,n]×[n]→[m,n]. Flops mn.",
+        assoc_comm: false,
+        elementwise: false,
+        distributes_over: &[],
+    },
+    KernelInfo {
+        name: "rowSum",
+        arity: 1,
+        params: &[],
+        doc: "Sum of each row: [m,n]→[m]. Flops m(n−1) (additions).",
+        assoc_comm: false,
+        elementwise: false,
+        distributes_over: LINEAR,
+    },
+    KernelInfo {
+        name: "colSum",
+        arity: 1,
+        params: &[],
+        doc: "Sum of each column: [m,n]→[n]. Flops (m−1)n (additions).",
+        assoc_comm: false,
+        elementwise: false,
+        distributes_over: LINEAR,
+    },
+    KernelInfo {
+        name: "minIndex",
+        arity: 1,
+        params: &[],
+        doc: "Per row the minimum value and its column index (local to the block, as f64; ties: smaller index): \
+              [m,n]→[m,2], n ≥ 1; a vector [n] is one row: [n]→[1,2]. Flops mn.",
+        assoc_comm: false,
+        elementwise: false,
+        distributes_over: &[],
+    },
+    KernelInfo {
+        name: "minPair",
+        arity: 2,
+        params: &[],
+        doc: "Per row keeps the (value, index) pair with the smaller value (ties: smaller index): \
+              [m,2]×[m,2]→[m,2]. Flops m.",
+        assoc_comm: true,
+        elementwise: false,
+        distributes_over: &[],
+    },
+    KernelInfo {
+        name: "offsetIndex",
+        arity: 1,
+        params: &["o"],
+        doc: "Adds the integer o to column 1 (the index of a minIndex result): [m,2]→[m,2]. Flops m.",
+        assoc_comm: false,
+        elementwise: false,
+        distributes_over: &["minPair"],
+    },
+    KernelInfo {
+        name: "tile",
+        arity: 1,
+        params: &["dim", "size"],
+        doc: "Cuts the block along array axis dim into pieces of bound size (bound[dim] must be a multiple \
+              of size); gives bound[dim]/size blocks, in order. Flops 0.",
+        assoc_comm: false,
+        elementwise: false,
+        distributes_over: &[],
+    },
+    KernelInfo {
+        name: "concat",
+        arity: 2,
+        params: &["key_dim", "array_dim"],
+        doc: "Undoes tile inside an aggregation: the group's pieces, ordered by key component key_dim, are \
+              joined along array axis array_dim; missing pieces are zero-filled. Output shape given for one \
+              piece: the caller multiplies bound array_dim by the piece count. Flops 0.",
+        assoc_comm: false,
+        elementwise: false,
+        distributes_over: &[],
+    },
+    KernelInfo {
+        name: EINSUM,
+        arity: 2,
+        params: &["spec"],
+        doc: "Einstein summation inside a block (paper 004's einSumOp). The spec lists the operands' letters, then \
+              the output's, separated by `_`: einSum(ij_jk_ik) is numpy's einsum('ij,jk->ik') = matMul, \
+              einSum(bij_bjk_bik) a batched product. With one operand it is unary: einSum(ii_i) diagonal, \
+              einSum(ij_ji) transpose, einSum(ij_i) row sums, einSum(ii_) trace (an empty part is a scalar, shape []). \
+              A letter repeated in an operand takes a diagonal; letters not in the output are summed; all \
+              occurrences of a letter must have one size. Flops: T = ∏ sizes of the distinct letters; binary 2T \
+              when it sums a letter, else T; unary T when it sums a letter, else 0.",
+        assoc_comm: false,
+        elementwise: false,
+        distributes_over: &[],
+    },
+];
+
+/// Every catalog entry.
+pub fn catalog() -> &'static [KernelInfo] {
+    CATALOG
+}
+
+/// A catalog entry by name.
+pub fn lookup(name: &str) -> Option<&'static KernelInfo> {
+    CATALOG.iter().find(|k| k.name == name)
+}
+
+/// The message of [`KernelError::Unknown`], with a suggestion when one exists.
+pub(super) fn unknown_message(name: &str) -> String {
+    match suggestion(name) {
+        Some(s) => format!("unknown kernel `{name}`; did you mean `{s}`?"),
+        None => format!("unknown kernel `{name}`"),
+    }
+}
+
+/// A catalog name close to `name`: equal ignoring case, else the nearest
+/// within two edits (ignoring case).
+pub(super) fn suggestion(name: &str) -> Option<&'static str> {
+    let lower = name.to_lowercase();
+    if let Some(k) = CATALOG.iter().find(|k| k.name.to_lowercase() == lower) {
+        return Some(k.name);
+    }
+    CATALOG
+        .iter()
+        .map(|k| (edit_distance(&lower, &k.name.to_lowercase()), k.name))
+        .filter(|&(d, _)| d <= 2 && d < lower.chars().count())
+        .min_by_key(|&(d, _)| d)
+        .map(|(_, n)| n)
+}
+
+/// Levenshtein distance over chars.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut cur = vec![i + 1; b.len() + 1];
+        for (j, &cb) in b.iter().enumerate() {
+            let subst = prev[j] + usize::from(ca != cb);
+            cur[j + 1] = subst.min(prev[j + 1] + 1).min(cur[j] + 1);
+        }
+        prev = cur;
+    }
+    prev[b.len()]
+}
+
+/// A named kernel with its arguments decoded.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(super) enum Kernel {
+    MatMul,
+    MatMulTN,
+    MatMulNT,
+    MatMulTT,
+    /// Same-shape binary elementwise kernels (flops per element).
+    Elementwise2(u64),
+    /// Any-shape unary elementwise kernels (flops per element).
+    Elementwise1(u64),
+    Diag,
+    Transpose,
+    MatVec,
+    RowSum,
+    ColSum,
+    MinIndex,
+    MinPair,
+    OffsetIndex,
+    Tile {
+        dim: usize,
+        size: usize,
+    },
+    Concat {
+        array_dim: usize,
+    },
+    /// `einSum(spec)`: shapes and flops come from the spec ([`EinSumSpec`]).
+    EinSum,
+}
+
+/// Decodes a name and its arguments: the entry must exist and the arguments
+/// must match its parameters in number and kind.
+pub(super) fn resolve(name: &str, args: &[String]) -> Result<Kernel, KernelError> {
+    if name == "compose" {
+        return Err(KernelError::BadUse("compose takes two kernels: compose(outer,inner)".into()));
+    }
+    let info = lookup(name).ok_or_else(|| KernelError::Unknown(name.to_string()))?;
+    if args.len() != info.params.len() {
+        let wanted = match info.params.len() {
+            0 => "no arguments".to_string(),
+            1 => format!("1 argument ({})", info.params[0]),
+            n => format!("{n} arguments ({})", info.params.join(", ")),
+        };
+        return Err(KernelError::BadUse(format!("{name} takes {wanted}, got {}", args.len())));
+    }
+    if name == EINSUM {
+        EinSumSpec::parse(&args[0]).map_err(|e| KernelError::BadUse(format!("{name}({}): {e}", args[0])))?;
+        return Ok(Kernel::EinSum);
+    }
+    let mut ints = Vec::new();
+    for (param, arg) in info.params.iter().zip(args) {
+        let value = number(arg)
+            .ok_or_else(|| KernelError::BadUse(format!("{name}: argument {param} is not a finite number: `{arg}`")))?;
+        if is_integer_param(param) {
+            if value < 0.0 || value.fract() != 0.0 || value > u32::MAX as f64 {
+                return Err(KernelError::BadUse(format!(
+                    "{name}: argument {param} must be a non-negative integer, got {arg}"
+                )));
+            }
+            ints.push(value as usize);
+        }
+    }
+    Ok(match name {
+        "matMul" => Kernel::MatMul,
+        "matMulTN" => Kernel::MatMulTN,
+        "matMulNT" => Kernel::MatMulNT,
+        "matMulTT" => Kernel::MatMulTT,
+        "matAdd" | "matSub" | "elemMul" | "max" | "min" | "reluGrad" => Kernel::Elementwise2(1),
+        "sgdStep" => Kernel::Elementwise2(2),
+        "relu" | "scale" | "neg" => Kernel::Elementwise1(1),
+        "sigmoid" => Kernel::Elementwise1(4),
+        "diag" => Kernel::Diag,
+        "transpose" => Kernel::Transpose,
+        "matVecAdd" | "matVecSub" => Kernel::MatVec,
+        "rowSum" => Kernel::RowSum,
+        "colSum" => Kernel::ColSum,
+        "minIndex" => Kernel::MinIndex,
+        "minPair" => Kernel::MinPair,
+        "offsetIndex" => Kernel::OffsetIndex,
+        "tile" => {
+            if ints[1] == 0 {
+                return Err(KernelError::BadUse(format!("tile({},{}): size must be at least 1", args[0], args[1])));
+            }
+            Kernel::Tile { dim: ints[0], size: ints[1] }
+        }
+        "concat" => Kernel::Concat { array_dim: ints[1] },
+        other => unreachable!("catalog entry `{other}` has no shape rule"),
+    })
+}
+
+/// A finite number from argument text.
+pub(super) fn number(text: &str) -> Option<f64> {
+    text.trim().parse::<f64>().ok().filter(|v| v.is_finite())
+}
+
+/// Canonical text of a numeric argument: integers as `1`, other numbers as the
+/// shortest `f64` display.
+pub(super) fn canonical_number(text: &str) -> Option<String> {
+    if let Ok(i) = text.parse::<i64>() {
+        return Some(i.to_string());
+    }
+    // Rust's float parser also takes `inf` and `NaN`; only digits are numbers here.
+    if !text.chars().any(|c| c.is_ascii_digit()) {
+        return None;
+    }
+    let v = number(text)?;
+    Some(if v == 0.0 { "0".to_string() } else { v.to_string() })
+}

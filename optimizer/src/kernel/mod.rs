@@ -1,0 +1,241 @@
+//! The kernel catalog: what each block kernel is — its arity, arguments,
+//! output shape, number of output blocks, flop count and algebraic facts
+//! (associative-commutative, elementwise, distributivity). The executor
+//! (`tra-executor`, module `kernels`) holds the implementations on ndarray.
+//!
+//! # Conventions
+//!
+//! * Blocks are arrays of `f64`; shapes follow numpy: row-major, axis 0 is the
+//!   rows. A shape is written `[m, n]`.
+//! * A kernel is referred to by a [`KernelRef`]: a catalog name with optional
+//!   numeric arguments (`matMul`, `tile(1,2)`, `scale(0.01)`), or a composition
+//!   `compose(outer, inner)`. Arguments are kept as canonical text: integers as
+//!   `1`, other numbers as Rust's shortest `f64` display (`0.01`).
+//! * Parsing accepts any name (so that JSON can be read); [`KernelRef::check`]
+//!   reports unknown names ([`KernelError::Unknown`], whose message suggests a
+//!   close catalog name), wrong argument counts and kinds, and compositions
+//!   whose outer kernel is not unary.
+//! * Shape rules ([`KernelRef::output_shape`]) check the operand count and
+//!   shapes and report [`KernelError::BadShape`] with both shapes in the text.
+//!
+//! # The catalog
+//!
+//! | kernel | operands → output | flops |
+//! |---|---|---|
+//! | `matMul` | `[m,k]×[k,n]→[m,n]` (A·B) | 2mkn |
+//! | `matMulTN` | `[k,m]×[k,n]→[m,n]` (Aᵀ·B) | 2mkn |
+//! | `matMulNT` | `[m,k]×[n,k]→[m,n]` (A·Bᵀ) | 2mkn |
+//! | `matMulTT` | `[k,m]×[n,k]→[m,n]` (Aᵀ·Bᵀ) | 2mkn |
+//! | `matAdd`, `matSub`, `elemMul`, `max`, `min` | `s×s→s` (any shape `s`) | \|s\| |
+//! | `reluGrad` | `s×s→s`: grad ⊙ (z > 0) | \|s\| |
+//! | `sgdStep(lr)` | `s×s→s`: w − lr·g | 2\|s\| |
+//! | `relu`, `neg`, `scale(c)` | `s→s` | \|s\| |
+//! | `sigmoid` | `s→s` | 4\|s\| |
+//! | `diag` | `[n,n]→[n]` | 0 |
+//! | `transpose` | `[m,n]→[n,m]` | 0 |
+//! | `matVecAdd`, `matVecSub` | `[m,n]×[n]→[m,n]` (vector added to / subtracted from every row) | mn |
+//! | `rowSum` | `[m,n]→[m]` | m(n−1) (additions only) |
+//! | `colSum` | `[m,n]→[n]` | (m−1)n |
+//! | `minIndex` | `[m,n]→[m,2]` (n ≥ 1): per row (min value, its column) | mn |
+//! | `minPair` | `[m,2]×[m,2]→[m,2]`: per row the smaller (value, index) pair | m |
+//! | `offsetIndex(o)` | `[m,2]→[m,2]`: adds `o` to column 1 | m |
+//! | `tile(dim,size)` | `s→` pieces of `s` with `s[dim]` = `size`; `s[dim]/size` blocks | 0 |
+//! | `concat(key_dim,array_dim)` | applied by the aggregation operator, see below | 0 |
+//! | `einSum(spec)` | Einstein summation inside a block, see below | see below |
+//!
+//! # Arg-min across blocks
+//!
+//! `minIndex` gives, for every row of a block, the smallest value and the
+//! column index where it is (as `f64`; ties: the smaller index; values are
+//! compared with `f64::total_cmp`, so `-0 < +0` and NaN is largest). The index
+//! is *local to the block*: a front-end adds the block's column offset with
+//! `offsetIndex(o)`. `minPair` is associative and commutative, so a distributed
+//! arg-min is `aggregate(minPair)` over `transform(compose(offsetIndex(o), minIndex))`.
+//!
+//! # `concat`
+//!
+//! `concat(key_dim, array_dim)` undoes a `tile`. It has arity 2 for catalog
+//! purposes but is not associative-commutative and is not applied pairwise:
+//! the (local) aggregation operator treats it specially — the pieces of a
+//! group, ordered by key component `key_dim`, are joined along array axis
+//! `array_dim`, and missing pieces are zero-filled. [`KernelRef::output_shape`]
+//! cannot know the number of pieces: it returns the (common) piece shape, and
+//! the caller multiplies bound `array_dim` by the piece count. `concat` cannot
+//! appear in a composition.
+//!
+//! # `einSum`
+//!
+//! `einSum(spec)` is paper 004 §2.2's `einSumOp`: Einstein summation inside a
+//! block. Its one argument is not a number but a *spec*: the operands' letters
+//! and then the output's, separated by `_` — `einSum(ij_jk_ik)` is numpy's
+//! `einsum("ij,jk->ik")`. One operand makes it unary (`einSum(ii_i)`: diagonal,
+//! `einSum(ij_ji)`: transpose, `einSum(ij_i)`: row sums, `einSum(ii_)`:
+//! trace); two make it binary. Letters are ASCII letters; a letter repeated
+//! within an operand takes a diagonal; letters absent from the output are
+//! summed; an empty part is a scalar (a block of rank 0, shape `[]`). The
+//! output's letters are distinct and each appears in an operand; every
+//! occurrence of a letter must have the same size ([`EinSumSpec`]). Flops:
+//! `∏ size(letter)` over all distinct letters is the number of terms; a
+//! binary einSum counts 2 per term when it sums a letter (`einSum(ij_jk_ik)`
+//! on `[m,k]×[k,n]` is `2mkn`, as `matMul`), 1 otherwise (products only); a
+//! unary one counts 1 per term when it sums a letter, else 0 (a selection or
+//! permutation, as `diag` and `transpose`). Its arity comes from the spec.
+//!
+//! # Compositions
+//!
+//! `compose(outer, inner)` applies `outer` (which must be unary) to the single
+//! block that `inner` (any arity) gives. Its arity is `inner`'s; its output
+//! shape is `outer(inner(shapes))`; its blocks per call are `outer`'s (inner
+//! must give one); it is elementwise iff both parts are; it is never
+//! associative-commutative and [`KernelRef::distributes_over`] is false for it.
+//! The executor evaluates it in one of three ways, and [`KernelRef::flops`]
+//! counts accordingly:
+//!
+//! 1. both parts elementwise: one pass, `outer(inner(a, b))` element by element;
+//!    flops = flops(inner) + flops(outer on inner's output);
+//! 2. otherwise, if `inner` is binary elementwise and `outer` distributes over
+//!    it: `inner(outer(a), outer(b))`; flops = flops(outer, a) +
+//!    flops(outer, b) + flops(inner on outer's outputs) — `compose(diag,
+//!    matAdd)` on `[n,n]` operands costs n;
+//! 3. otherwise `outer(inner(…))`: flops(inner) + flops(outer on inner's output).
+//!
+//! # Layout
+//!
+//! `catalog` holds the entries and decodes a name and its arguments; `shape`
+//! the shape rules and flop counts; `parse` the text and JSON forms;
+//! `einsum_spec` the `einSum` spec. This module keeps [`KernelRef`], its
+//! checks and algebraic queries.
+
+mod catalog;
+mod einsum_spec;
+mod parse;
+mod shape;
+
+pub use catalog::{catalog, lookup, KernelInfo};
+pub use einsum_spec::{EinSumSpec, EinSumSpecError, EINSUM};
+
+use catalog::{resolve, unknown_message};
+use std::fmt;
+
+/// A reference to a kernel: a catalog name with optional integer or decimal
+/// arguments (`matMul`, `tile(1,2)`, `scale(0.01)`), or a composition
+/// `compose(outer, inner)`: `outer` applied to the result of `inner`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum KernelRef {
+    /// A catalog entry and its arguments (canonical decimal text).
+    Named {
+        /// Catalog name.
+        name: String,
+        /// Arguments, canonical text (`1`, `0.01`).
+        args: Vec<String>,
+    },
+    /// `outer ∘ inner`.
+    Compose(Box<KernelRef>, Box<KernelRef>),
+}
+
+/// Why a kernel reference or application is wrong.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum KernelError {
+    /// Not in the catalog. Holds the name as written; the message adds a
+    /// suggestion when a catalog name is close (`unknown kernel `matmul`; did
+    /// you mean `matMul`?`).
+    #[error("{}", unknown_message(.0))]
+    Unknown(String),
+    /// Wrong number or kind of arguments, wrong arity in a composition.
+    #[error("{0}")]
+    BadUse(String),
+    /// Operand shapes the kernel does not accept.
+    #[error("{0}")]
+    BadShape(String),
+}
+
+impl KernelRef {
+    /// A catalog kernel without arguments.
+    pub fn named(name: &str) -> KernelRef {
+        KernelRef::Named { name: name.to_string(), args: vec![] }
+    }
+    /// `outer ∘ inner`.
+    pub fn compose(outer: KernelRef, inner: KernelRef) -> KernelRef {
+        KernelRef::Compose(Box::new(outer), Box::new(inner))
+    }
+    /// Check names, argument counts and kinds, and composition arities (the
+    /// outer kernel of a composition must be unary; `concat` cannot be
+    /// composed).
+    pub fn check(&self) -> Result<(), KernelError> {
+        match self {
+            KernelRef::Named { name, args } => resolve(name, args).map(|_| ()),
+            KernelRef::Compose(outer, inner) => {
+                outer.check()?;
+                inner.check()?;
+                for part in [outer, inner] {
+                    if matches!(part.as_ref(), KernelRef::Named { name, .. } if name == "concat") {
+                        return Err(KernelError::BadUse(format!(
+                            "{self}: concat is applied by the aggregation operator and cannot be composed"
+                        )));
+                    }
+                }
+                if outer.arity() != 1 {
+                    return Err(KernelError::BadUse(format!(
+                        "{self}: the outer kernel of a composition must be unary, {outer} takes {} operands",
+                        outer.arity()
+                    )));
+                }
+                Ok(())
+            }
+        }
+    }
+    /// Number of block operands (0 for an unknown name; `check` reports it).
+    pub fn arity(&self) -> usize {
+        match self {
+            KernelRef::Named { name, args } if name == EINSUM => {
+                args.first().and_then(|a| EinSumSpec::parse(a).ok()).map_or(0, |s| s.inputs.len())
+            }
+            KernelRef::Named { name, .. } => lookup(name).map_or(0, |k| k.arity),
+            KernelRef::Compose(_, inner) => inner.arity(),
+        }
+    }
+    /// Binary, associative and commutative.
+    pub fn is_assoc_comm(&self) -> bool {
+        match self {
+            KernelRef::Named { name, .. } => lookup(name).is_some_and(|k| k.assoc_comm),
+            KernelRef::Compose(..) => false,
+        }
+    }
+    /// Elementwise.
+    pub fn is_elementwise(&self) -> bool {
+        match self {
+            KernelRef::Named { name, .. } => lookup(name).is_some_and(|k| k.elementwise),
+            KernelRef::Compose(outer, inner) => outer.is_elementwise() && inner.is_elementwise(),
+        }
+    }
+    /// `self(g(a, b)) == g(self(a), self(b))` for the binary kernel `g`
+    /// (by name: arguments of `g` do not matter). False for compositions.
+    pub fn distributes_over(&self, g: &KernelRef) -> bool {
+        match (self, g) {
+            (KernelRef::Named { name, .. }, KernelRef::Named { name: g, .. }) => {
+                lookup(name).is_some_and(|k| k.distributes_over.contains(&g.as_str()))
+            }
+            _ => false,
+        }
+    }
+    /// The s-expression form: `matMul`, `tile(1,2)`, `(compose diag matAdd)`.
+    pub fn to_sexpr(&self) -> String {
+        match self {
+            KernelRef::Named { .. } => self.to_string(),
+            KernelRef::Compose(o, i) => format!("(compose {} {})", o.to_sexpr(), i.to_sexpr()),
+        }
+    }
+}
+
+impl fmt::Display for KernelRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            KernelRef::Named { name, args } if args.is_empty() => write!(f, "{name}"),
+            KernelRef::Named { name, args } => write!(f, "{name}({})", args.join(",")),
+            KernelRef::Compose(o, i) => write!(f, "compose({o},{i})"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

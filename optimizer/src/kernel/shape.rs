@@ -1,0 +1,223 @@
+//! Shape rules and flop counts: what each kernel gives for operands of given
+//! shapes (and how many blocks per call), checking operand count and shapes;
+//! compositions chain the rules of their parts.
+
+use super::catalog::{resolve, Kernel};
+use super::{EinSumSpec, KernelError, KernelRef, EINSUM};
+
+/// Element count, saturating.
+pub(super) fn count(shape: &[usize]) -> u64 {
+    shape.iter().fold(1u64, |acc, &d| acc.saturating_mul(d as u64))
+}
+
+/// `[4, 3]`.
+pub(super) fn show(shape: &[usize]) -> String {
+    format!("{shape:?}")
+}
+
+/// Shape of the output blocks and their number, for a decoded kernel;
+/// `label` (the kernel as written, e.g. `tile(1,3)`) starts error messages.
+fn named_shape(label: &str, k: Kernel, inputs: &[&[usize]]) -> Result<(Vec<usize>, usize), KernelError> {
+    let bad = |msg: String| Err(KernelError::BadShape(format!("{label}: {msg}")));
+    let matrices = |what: &str| -> Result<(), KernelError> {
+        match inputs.iter().find(|s| s.len() != 2) {
+            Some(s) => Err(KernelError::BadShape(format!("{label}: {what} must be a matrix, got {}", show(s)))),
+            None => Ok(()),
+        }
+    };
+    match k {
+        Kernel::MatMul | Kernel::MatMulTN | Kernel::MatMulNT | Kernel::MatMulTT => {
+            matrices("each operand")?;
+            let (a, b) = (inputs[0], inputs[1]);
+            // (rows, inner) of the left factor, (inner, cols) of the right one.
+            let (m, ka) = if matches!(k, Kernel::MatMulTN | Kernel::MatMulTT) { (a[1], a[0]) } else { (a[0], a[1]) };
+            let (kb, n) = if matches!(k, Kernel::MatMulNT | Kernel::MatMulTT) { (b[1], b[0]) } else { (b[0], b[1]) };
+            if ka != kb {
+                return bad(format!("inner dimensions differ: {} × {}", show(a), show(b)));
+            }
+            Ok((vec![m, n], 1))
+        }
+        Kernel::Elementwise2(_) | Kernel::MinPair | Kernel::Concat { .. } => {
+            let (a, b) = (inputs[0], inputs[1]);
+            if a != b {
+                return bad(format!("operand shapes differ: {} and {}", show(a), show(b)));
+            }
+            match k {
+                Kernel::MinPair if a.len() != 2 || a[1] != 2 => {
+                    bad(format!("operands must be [m, 2] (value, index) pairs, got {}", show(a)))
+                }
+                Kernel::Concat { array_dim } if array_dim >= a.len() => {
+                    bad(format!("array dim {array_dim} is out of range for pieces of shape {}", show(a)))
+                }
+                _ => Ok((a.to_vec(), 1)),
+            }
+        }
+        Kernel::Elementwise1(_) => Ok((inputs[0].to_vec(), 1)),
+        Kernel::Diag => {
+            matrices("the operand")?;
+            let a = inputs[0];
+            if a[0] != a[1] {
+                return bad(format!("the operand must be a square matrix, got {}", show(a)));
+            }
+            Ok((vec![a[0]], 1))
+        }
+        Kernel::Transpose => {
+            matrices("the operand")?;
+            Ok((vec![inputs[0][1], inputs[0][0]], 1))
+        }
+        Kernel::MatVec => {
+            let (a, b) = (inputs[0], inputs[1]);
+            if a.len() != 2 || b.len() != 1 {
+                return bad(format!("operands must be a matrix and a vector, got {} and {}", show(a), show(b)));
+            }
+            if a[1] != b[0] {
+                return bad(format!("vector length differs from the row length: {} and {}", show(a), show(b)));
+            }
+            Ok((a.to_vec(), 1))
+        }
+        Kernel::RowSum => {
+            matrices("the operand")?;
+            Ok((vec![inputs[0][0]], 1))
+        }
+        Kernel::ColSum => {
+            matrices("the operand")?;
+            Ok((vec![inputs[0][1]], 1))
+        }
+        Kernel::MinIndex => {
+            let a = inputs[0];
+            if a.len() == 1 {
+                // A vector is one row.
+                if a[0] == 0 {
+                    return bad(format!("the vector must have at least one element, got {}", show(a)));
+                }
+                return Ok((vec![1, 2], 1));
+            }
+            matrices("the operand")?;
+            if a[1] == 0 {
+                return bad(format!("rows must have at least one element, got {}", show(a)));
+            }
+            Ok((vec![a[0], 2], 1))
+        }
+        Kernel::OffsetIndex => {
+            let a = inputs[0];
+            if a.len() != 2 || a[1] != 2 {
+                return bad(format!("the operand must be [m, 2] (value, index) pairs, got {}", show(a)));
+            }
+            Ok((a.to_vec(), 1))
+        }
+        Kernel::Tile { dim, size } => {
+            let a = inputs[0];
+            if dim >= a.len() {
+                return bad(format!("array dim {dim} is out of range for an array of shape {}", show(a)));
+            }
+            let rest = a[dim] % size;
+            if rest != 0 {
+                return bad(format!("array dim {dim} has bound {}, not a multiple of {size}", a[dim]));
+            }
+            let mut piece = a.to_vec();
+            piece[dim] = size;
+            Ok((piece, a[dim] / size))
+        }
+        // Decoded from the spec by `KernelRef::shape_info`, which never comes here.
+        Kernel::EinSum => Err(KernelError::BadUse(format!("{label}: the shape of einSum comes from its spec"))),
+    }
+}
+
+/// Flops of a decoded kernel on operands whose shapes it accepts.
+fn named_flops(k: Kernel, inputs: &[&[usize]]) -> u64 {
+    let d = |i: usize, j: usize| inputs[i][j] as u64;
+    match k {
+        Kernel::MatMul | Kernel::MatMulNT => 2u64
+            .saturating_mul(d(0, 0))
+            .saturating_mul(d(0, 1))
+            .saturating_mul(if matches!(k, Kernel::MatMul) { d(1, 1) } else { d(1, 0) }),
+        Kernel::MatMulTN | Kernel::MatMulTT => 2u64
+            .saturating_mul(d(0, 0))
+            .saturating_mul(d(0, 1))
+            .saturating_mul(if matches!(k, Kernel::MatMulTN) { d(1, 1) } else { d(1, 0) }),
+        Kernel::Elementwise2(per) | Kernel::Elementwise1(per) => per.saturating_mul(count(inputs[0])),
+        Kernel::MatVec | Kernel::MinIndex => count(inputs[0]),
+        Kernel::RowSum => d(0, 0).saturating_mul(d(0, 1).saturating_sub(1)),
+        Kernel::ColSum => d(0, 0).saturating_sub(1).saturating_mul(d(0, 1)),
+        Kernel::MinPair | Kernel::OffsetIndex => d(0, 0),
+        Kernel::Diag | Kernel::Transpose | Kernel::Tile { .. } | Kernel::Concat { .. } => 0,
+        // Counted from the spec by `KernelRef::flops`.
+        Kernel::EinSum => 0,
+    }
+}
+
+impl KernelRef {
+    /// Output shape and blocks per call; checks the kernel, the operand count
+    /// and the shapes.
+    fn shape_info(&self, inputs: &[&[usize]]) -> Result<(Vec<usize>, usize), KernelError> {
+        self.check()?;
+        if inputs.len() != self.arity() {
+            return Err(KernelError::BadUse(format!(
+                "{self} takes {} operand{}, got {}",
+                self.arity(),
+                if self.arity() == 1 { "" } else { "s" },
+                inputs.len()
+            )));
+        }
+        match self {
+            KernelRef::Named { name, args } if name == EINSUM => {
+                let spec = EinSumSpec::parse(&args[0]).map_err(|e| KernelError::BadUse(e.to_string()))?;
+                let shape = spec.output_shape(inputs).map_err(|e| KernelError::BadShape(format!("{self}: {e}")))?;
+                Ok((shape, 1))
+            }
+            KernelRef::Named { name, args } => named_shape(&self.to_string(), resolve(name, args)?, inputs),
+            KernelRef::Compose(outer, inner) => {
+                let (mid, n) = inner.shape_info(inputs)?;
+                if n != 1 {
+                    return Err(KernelError::BadUse(format!(
+                        "{self}: the inner kernel of a composition must give one block per call, {inner} gives {n}"
+                    )));
+                }
+                outer.shape_info(&[&mid])
+            }
+        }
+    }
+    /// Shape of each output block for operands of these shapes. For `concat`,
+    /// the shape of one piece (the caller multiplies bound `array_dim` by the
+    /// piece count).
+    pub fn output_shape(&self, inputs: &[&[usize]]) -> Result<Vec<usize>, KernelError> {
+        self.shape_info(inputs).map(|(s, _)| s)
+    }
+    /// Blocks produced per application (a tiling kernel gives several).
+    pub fn outputs_per_call(&self, inputs: &[&[usize]]) -> Result<usize, KernelError> {
+        self.shape_info(inputs).map(|(_, n)| n)
+    }
+    /// Floating-point operations of one application (see the module doc for
+    /// compositions). Operands the kernel does not accept count 0: validate
+    /// with [`KernelRef::output_shape`].
+    pub fn flops(&self, inputs: &[&[usize]]) -> u64 {
+        if self.shape_info(inputs).is_err() {
+            return 0;
+        }
+        match self {
+            KernelRef::Named { name, args } if name == EINSUM => {
+                EinSumSpec::parse(&args[0]).map_or(0, |spec| spec.flops(inputs))
+            }
+            KernelRef::Named { name, args } => resolve(name, args).map_or(0, |k| named_flops(k, inputs)),
+            KernelRef::Compose(outer, inner) => {
+                if !(outer.is_elementwise() && inner.is_elementwise())
+                    && inner.arity() == 2
+                    && inner.is_elementwise()
+                    && outer.distributes_over(inner)
+                {
+                    // inner(outer(a), outer(b))
+                    let (Ok(oa), Ok(ob)) = (outer.output_shape(&inputs[..1]), outer.output_shape(&inputs[1..])) else {
+                        return 0;
+                    };
+                    outer
+                        .flops(&inputs[..1])
+                        .saturating_add(outer.flops(&inputs[1..]))
+                        .saturating_add(inner.flops(&[&oa, &ob]))
+                } else {
+                    let Ok(mid) = inner.output_shape(inputs) else { return 0 };
+                    inner.flops(inputs).saturating_add(outer.flops(&[&mid]))
+                }
+            }
+        }
+    }
+}
