@@ -7,6 +7,9 @@
 //! directories, is refused and changes nothing; a panicking job leaves the
 //! warm worker serving the next one.
 
+mod common;
+
+use common::TempDir;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -15,26 +18,6 @@ use tra_executor::reference::random_relation;
 use tra_executor::threads::{Pool, TRelation};
 
 const TRA: &str = env!("CARGO_BIN_EXE_tra");
-
-struct Dir(PathBuf);
-
-impl Dir {
-    fn new(tag: &str) -> Dir {
-        let d = std::env::temp_dir().join(format!("tra-cli-cluster-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
-        Dir(d)
-    }
-    fn path(&self, f: &str) -> PathBuf {
-        self.0.join(f)
-    }
-}
-
-impl Drop for Dir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 const PROGRAM: &str = r#"{
   "inputs": {"X": {"key_bounds": [4, 3], "array_bounds": [8, 6]},
@@ -45,7 +28,7 @@ const PROGRAM: &str = r#"{
   "outputs": ["Z", "R"]}"#;
 
 /// The program and its inputs as files; the `--input`/`--output` arguments.
-fn setup(dir: &Dir) -> (PathBuf, Vec<String>) {
+fn setup(dir: &TempDir) -> (PathBuf, Vec<String>) {
     let prog = dir.path("p.json");
     std::fs::write(&prog, PROGRAM).unwrap();
     let pool = Pool::<f64>::new();
@@ -61,7 +44,7 @@ fn setup(dir: &Dir) -> (PathBuf, Vec<String>) {
     (prog, args)
 }
 
-fn outputs(dir: &Dir, tag: &str) -> Vec<String> {
+fn outputs(dir: &TempDir, tag: &str) -> Vec<String> {
     ["Z", "R"]
         .iter()
         .flat_map(|o| ["--output".to_string(), format!("{o}={}", dir.path(&format!("{tag}-{o}.npy")).display())])
@@ -101,7 +84,7 @@ fn check_summary(out: &str) -> serde_json::Value {
 
 #[test]
 fn processes_give_the_thread_runtimes_results() {
-    let dir = Dir::new("procs");
+    let dir = TempDir::new("cli-cluster-procs");
     let (prog, inputs) = setup(&dir);
     let p = prog.display().to_string();
     let mut threads = vec![p.clone(), "--sites".into(), "3".into(), "--no-progress".into()];
@@ -165,7 +148,7 @@ fn kill9(pid: u32) {
 
 #[test]
 fn a_killed_worker_fails_the_run_within_seconds_and_the_next_run_works() {
-    let dir = Dir::new("fault");
+    let dir = TempDir::new("cli-cluster-fault");
     let (prog, inputs) = setup(&dir);
     let mut args = vec![prog.display().to_string(), "--processes".into(), "3".into()];
     args.extend(inputs);
@@ -218,7 +201,7 @@ struct Agents {
 }
 
 impl Agents {
-    fn start(dir: &Dir) -> Agents {
+    fn start(dir: &TempDir) -> Agents {
         let secret = dir.path("secret");
         if !secret.exists() {
             let out = Command::new(TRA).arg("secret").arg(&secret).output().unwrap();
@@ -280,7 +263,7 @@ impl Drop for Agents {
 
 #[test]
 fn hosts_run_on_worker_agents_and_survive_a_killed_job() {
-    let dir = Dir::new("hosts");
+    let dir = TempDir::new("cli-cluster-hosts");
     let (prog, inputs) = setup(&dir);
     let mut agents = Agents::start(&dir);
     let p = prog.display().to_string();
@@ -363,7 +346,7 @@ fn tree(d: &Path) -> Vec<(String, Vec<u8>)> {
 
 #[test]
 fn jobs_without_the_secret_or_outside_the_data_directories_are_refused_and_change_nothing() {
-    let dir = Dir::new("auth");
+    let dir = TempDir::new("cli-cluster-auth");
     let (prog, inputs) = setup(&dir);
     let agents = Agents::start(&dir);
     let precious = dir.path("precious.npy");
@@ -406,7 +389,7 @@ fn jobs_without_the_secret_or_outside_the_data_directories_are_refused_and_chang
     let (ok, _, err) = run(&with_wrong, &[]);
     assert!(!ok && err.contains("authentication failed"), "{err}");
     // Paths that escape the data directory: `..`, a link leading outside.
-    let outside = Dir::new("auth-outside");
+    let outside = TempDir::new("cli-cluster-auth-outside");
     std::os::unix::fs::symlink(&outside.0, dir.path("link")).unwrap();
     for out in [format!("{}/../escaped.npy", dir.0.display()), format!("{}/z.npy", dir.path("link").display())] {
         let mut a = args.clone();
@@ -431,7 +414,7 @@ fn jobs_without_the_secret_or_outside_the_data_directories_are_refused_and_chang
 
 /// `tra run --processes 3` on a run that takes seconds (every operator
 /// stalls), in a fresh temporary directory: the child, its job processes.
-fn slow_run(dir: &Dir, tmp: &Path, args: &[String]) -> (Child, Vec<u32>) {
+fn slow_run(dir: &TempDir, tmp: &Path, args: &[String]) -> (Child, Vec<u32>) {
     let child = Command::new(TRA)
         .args(["run", "--format", "json"])
         .args(args)
@@ -448,7 +431,7 @@ fn slow_run(dir: &Dir, tmp: &Path, args: &[String]) -> (Child, Vec<u32>) {
 
 #[test]
 fn a_stopped_worker_is_detected_within_10_seconds_and_leaves_nothing() {
-    let dir = Dir::new("sigstop");
+    let dir = TempDir::new("cli-cluster-sigstop");
     let (prog, inputs) = setup(&dir);
     let tmp = dir.path("tmp");
     std::fs::create_dir_all(&tmp).unwrap();
@@ -474,7 +457,7 @@ fn a_stopped_worker_is_detected_within_10_seconds_and_leaves_nothing() {
 
 #[test]
 fn interrupted_or_killed_runs_leave_no_files_and_keep_existing_outputs() {
-    let dir = Dir::new("signals");
+    let dir = TempDir::new("cli-cluster-signals");
     let (prog, inputs) = setup(&dir);
     let tmp = dir.path("tmp");
     std::fs::create_dir_all(&tmp).unwrap();
@@ -510,7 +493,7 @@ fn interrupted_or_killed_runs_leave_no_files_and_keep_existing_outputs() {
 
 #[test]
 fn a_panicking_job_leaves_the_warm_worker_serving_the_next_job() {
-    let dir = Dir::new("panic");
+    let dir = TempDir::new("cli-cluster-panic");
     let (prog, inputs) = setup(&dir);
     let agents = Agents::start(&dir);
     let mut args = vec![prog.display().to_string(), "--hosts".into(), agents.hosts.display().to_string()];
@@ -533,11 +516,9 @@ fn a_panicking_job_leaves_the_warm_worker_serving_the_next_job() {
     }
 }
 
-mod common;
-
 #[test]
 fn a_local_cluster_comes_up_runs_jobs_and_http_executions_and_goes_down() {
-    let dir = Dir::new("up");
+    let dir = TempDir::new("cli-cluster-up");
     let (prog, inputs) = setup(&dir);
     let cdir = dir.path("cluster");
     let up = Command::new(TRA)
@@ -611,7 +592,7 @@ fn a_local_cluster_comes_up_runs_jobs_and_http_executions_and_goes_down() {
 /// (S, block-row sums), `--layout` per output, `--dense` refused for S.
 #[test]
 fn processes_lay_out_each_output_as_threads_do() {
-    let dir = Dir::new("layouts");
+    let dir = TempDir::new("cli-cluster-layouts");
     let (prog, inputs) = setup(&dir);
     let with_sums = PROGRAM
         .replace(

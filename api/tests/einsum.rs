@@ -3,34 +3,16 @@
 
 mod common;
 
+use common::TempDir;
+
 use ndarray::{ArrayD, IxDyn};
 use serde_json::{json, Value};
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use tra_api::einsum::{einsum_command, EinsumArgs};
 use tra_api::server::ServerConfig;
 use tra_executor::npy;
 
-struct Dir(PathBuf);
-
-impl Dir {
-    fn new(tag: &str) -> Dir {
-        let d = std::env::temp_dir().join(format!("tra-einsum-test-{tag}-{}", std::process::id()));
-        std::fs::create_dir_all(&d).unwrap();
-        Dir(d)
-    }
-    fn s(&self, name: &str) -> String {
-        self.0.join(name).display().to_string()
-    }
-}
-
-impl Drop for Dir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn write(dir: &Dir, name: &str, a: &ArrayD<f64>) -> String {
+fn write(dir: &TempDir, name: &str, a: &ArrayD<f64>) -> String {
     let p = dir.s(name);
     npy::write_array::<f64>(std::path::Path::new(&p), a.shape(), a.as_standard_layout().as_slice().unwrap()).unwrap();
     p
@@ -59,7 +41,7 @@ fn args(expr: &str, inputs: Vec<String>, output: Option<String>, block: usize, e
 
 #[test]
 fn cli_matmul_with_padding_writes_the_cropped_result() {
-    let dir = Dir::new("matmul");
+    let dir = TempDir::new("einsum-test-matmul");
     let (a, b) = (array(&[5, 7], 1), array(&[7, 3], 2));
     let pa = write(&dir, "a.npy", &a);
     let pb = write(&dir, "b.npy", &b);
@@ -90,7 +72,7 @@ fn cli_matmul_with_padding_writes_the_cropped_result() {
 
 #[test]
 fn cli_trace_gives_a_scalar_and_inline_data() {
-    let dir = Dir::new("trace");
+    let dir = TempDir::new("einsum-test-trace");
     let a = array(&[5, 5], 4);
     let pa = write(&dir, "a.npy", &a);
     let want: f64 = (0..5).map(|i| a[[i, i]]).sum();
@@ -109,7 +91,7 @@ fn cli_trace_gives_a_scalar_and_inline_data() {
 
 #[test]
 fn cli_three_operands_chain() {
-    let dir = Dir::new("chain");
+    let dir = TempDir::new("einsum-test-chain");
     let (a, b, v) = (array(&[6, 5], 1), array(&[5, 4], 2), array(&[4], 3));
     let ins = vec![
         format!("A={}", write(&dir, "a.npy", &a)),
@@ -130,7 +112,7 @@ fn cli_three_operands_chain() {
 
 #[test]
 fn cli_errors_point_at_the_expression() {
-    let dir = Dir::new("errors");
+    let dir = TempDir::new("einsum-test-errors");
     let pa = write(&dir, "a.npy", &array(&[2, 3], 1));
     let pb = write(&dir, "b.npy", &array(&[4, 5], 1));
     let e =

@@ -4,8 +4,10 @@
 //! and `--plan` on the thread runtime, and plan files that are not plans for
 //! the program.
 
+mod common;
+
+use common::TempDir;
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use tra_api::run::{run_command, run_command_with, PlanChoice, RunArgs};
 use tra_executor::npy::{self, Layout};
 use tra_executor::reference::{compare, eval_tra, random_relation, Relation};
@@ -22,23 +24,7 @@ const MATMUL: &str = r#"{
   "cluster": {"sites": 3}
 }"#;
 
-struct Dir(PathBuf);
-
-impl Dir {
-    fn new(tag: &str) -> Dir {
-        let d = std::env::temp_dir().join(format!("tra-run-test-{tag}-{}", std::process::id()));
-        std::fs::create_dir_all(&d).unwrap();
-        Dir(d)
-    }
-    fn path(&self, name: &str) -> PathBuf {
-        self.0.join(name)
-    }
-    fn s(&self, name: &str) -> String {
-        self.path(name).display().to_string()
-    }
-}
-
-fn args(dir: &Dir, inputs: &[(&str, &str)], outputs: &[(&str, &str)]) -> RunArgs {
+fn args(dir: &TempDir, inputs: &[(&str, &str)], outputs: &[(&str, &str)]) -> RunArgs {
     RunArgs {
         file: dir.s("p.json"),
         inputs: inputs.iter().map(|(n, f)| format!("{n}={}", dir.s(f))).collect(),
@@ -53,8 +39,8 @@ fn args(dir: &Dir, inputs: &[(&str, &str)], outputs: &[(&str, &str)]) -> RunArgs
     }
 }
 
-fn setup(tag: &str) -> (Dir, BTreeMap<String, Relation>) {
-    let dir = Dir::new(tag);
+fn setup(tag: &str) -> (TempDir, BTreeMap<String, Relation>) {
+    let dir = TempDir::new(tag);
     std::fs::write(dir.path("p.json"), MATMUL).unwrap();
     let x = random_relation(&[3, 2], &[4, 5], 1);
     let y = random_relation(&[2, 3], &[5, 2], 2);
@@ -250,7 +236,7 @@ fn alternative_plan(text: &str) -> String {
     serde_json::to_string_pretty(&alt.plan).unwrap()
 }
 
-fn outputs_match(dir: &Dir, inputs: &BTreeMap<String, Relation>, file: &str) {
+fn outputs_match(dir: &TempDir, inputs: &BTreeMap<String, Relation>, file: &str) {
     let want = eval_tra(&Program::from_json(MATMUL).unwrap(), inputs).unwrap();
     let pool = Pool::<f64>::new();
     let (rel, _, _) = npy::read_relation::<f64>(&dir.path(file), &[3, 3], &[4, 2], &pool).unwrap();

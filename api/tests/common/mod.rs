@@ -102,3 +102,31 @@ pub async fn get(addr: SocketAddr, path: &str) -> Response {
 pub async fn post(addr: SocketAddr, path: &str, body: &Value) -> Response {
     http(addr, "POST", path, Some(body.to_string().as_bytes())).await
 }
+
+/// A scratch directory under the system's temp dir, unique to this test
+/// process and tag, removed (with everything in it) when dropped.
+pub struct TempDir(pub std::path::PathBuf);
+
+impl TempDir {
+    /// A fresh, empty directory `tra-<tag>-<pid>`.
+    pub fn new(tag: &str) -> TempDir {
+        let d = std::env::temp_dir().join(format!("tra-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        TempDir(d)
+    }
+    /// A file in it.
+    pub fn path(&self, name: &str) -> std::path::PathBuf {
+        self.0.join(name)
+    }
+    /// A file in it, as a string (for command-line arguments).
+    pub fn s(&self, name: &str) -> String {
+        self.path(name).display().to_string()
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
