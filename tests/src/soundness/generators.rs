@@ -13,6 +13,10 @@
 //! drop (after a filter `ki == kj`, or a dim of bound 1), duplicate,
 //! permute, offset, insert or replicate dims. What the instances reach is
 //! measured by [`super::coverage`].
+//!
+//! The file is longer than the others on purpose: the 27 generators are
+//! short, share the builder `B`, and are easiest to review for blind spots
+//! side by side, one per rule in the order of `tra rules`.
 
 use rand::seq::IndexedRandom;
 use rand::Rng;
@@ -141,7 +145,7 @@ impl<'r> B<'r> {
         self.operand(keys, block)
     }
 
-    /// See [`B::input`]: each kind equally often.
+    /// See `B::input`: each kind equally often.
     pub fn operand(&mut self, keys: Vec<u32>, block: Vec<usize>) -> String {
         let kind = self.pick(OPERAND_KINDS);
         self.operand_of(kind, keys, block)
