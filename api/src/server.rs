@@ -89,7 +89,7 @@ pub const ROUTES: &[(&str, &str, &str)] = &[
     ("GET", "/", "The web page: pick an example, edit it, optimize it"),
     ("GET", "/healthz", "Liveness: {\"status\": \"ok\"}"),
     ("GET", "/openapi.json", "This contract, as an OpenAPI 3.1 document"),
-    ("GET", "/v1/rules", "The rewrite rules: name, family, equation, condition"),
+    ("GET", "/v1/rules", "The rewrite rules: name, family, equation, condition, why"),
     ("GET", "/v1/kernels", "The kernel catalog"),
     ("GET", "/v1/examples", "Example programs by name: {name: {description, program}}"),
     ("POST", "/v1/optimize", "Optimize a TRA program into a distributed IA plan"),
@@ -262,7 +262,7 @@ impl AppState {
                 .map(|r| {
                     json!({
                         "name": r.name, "family": r.family, "equation": r.equation,
-                        "condition": r.condition, "lowering": r.lowering, "rewrites": r.rewrites.len(),
+                        "condition": r.condition, "why": r.why, "lowering": r.lowering, "rewrites": r.rewrites.len(),
                     })
                 })
                 .collect(),

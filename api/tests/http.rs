@@ -299,7 +299,7 @@ async fn rules_kernels_examples_openapi() {
     let rules = get(addr, "/v1/rules").await.json();
     let rules = rules.as_array().expect("a list of rules");
     for r in rules {
-        for f in ["name", "family", "equation", "condition"] {
+        for f in ["name", "family", "equation", "condition", "why"] {
             assert!(r[f].is_string(), "rule field {f}: {r}");
         }
     }

@@ -310,10 +310,11 @@ pub fn document(config: &ServerConfig) -> Value {
                 "family": {"type": "string"},
                 "equation": {"type": "string"},
                 "condition": {"type": "string"},
+                "why": {"type": "string", "description": "Why the rewrite is sound, in one line"},
                 "lowering": {"type": "boolean"},
                 "rewrites": {"type": "integer"}
             },
-            "required": ["name", "family", "equation", "condition"]
+            "required": ["name", "family", "equation", "condition", "why"]
         },
         "KernelInfo": {
             "type": "object",
