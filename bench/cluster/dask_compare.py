@@ -193,7 +193,7 @@ def wire_bench(args, tmp, hosts, n=8192, block=256):
     rates, figures = [], None
     for _ in range(args.reps):
         out = subprocess.run([args.tra, "run", "--format", "json", pp, "--plan", planp, "--hosts", hosts, "--input", f"X={wp}",
-                              "--output", f"S={op}"], check=True, capture_output=True, text=True)
+                              "--output", f"S={op}", "--layout", "S=relation"], check=True, capture_output=True, text=True)
         figures = json.loads(out.stdout)["wire"]["S"]
         rates.append(figures["bytes"] / (figures["ms"] / 1e3) / 1e9)
     got = np.load(op, mmap_mode="r")
