@@ -262,7 +262,7 @@ impl AppState {
                 .map(|r| {
                     json!({
                         "name": r.name, "family": r.family, "equation": r.equation,
-                        "condition": r.condition, "why": r.why, "lowering": r.lowering, "rewrites": r.rewrites.len(),
+                        "condition": r.condition, "why": r.why, "lowering": r.lowering(), "rewrites": r.rewrites.len(),
                     })
                 })
                 .collect(),

@@ -246,7 +246,7 @@ fn attempt(
 
     let mut eg = TraEGraph::new(TraAnalysis::new(cluster.sites, p.inputs.clone()));
     let roots = add_program(&mut eg, p, &typed.order);
-    let lowering: Vec<_> = rules.iter().filter(|r| r.lowering).flat_map(|r| r.rewrites.iter()).collect();
+    let lowering: Vec<_> = rules.iter().filter(|r| r.lowering()).flat_map(|r| r.rewrites.iter()).collect();
     let all: Vec<_> = rules.iter().flat_map(|r| r.rewrites.iter()).collect();
 
     // Under a request deadline (crate::deadline), saturation gets at most

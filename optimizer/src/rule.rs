@@ -97,11 +97,16 @@ pub struct RuleDef {
     pub condition: String,
     /// Why it is sound (one line).
     pub why: &'static str,
-    /// True for the Table-1 lowering rules, which run first, alone: the
-    /// family's phase is [`Phase::Lowering`].
-    pub lowering: bool,
     /// The egg rewrites that implement it (directions, variants).
     pub rewrites: Vec<TraRewrite>,
+}
+
+impl RuleDef {
+    /// True for the Table-1 lowering rules, which run first, alone (their
+    /// family's phase is [`Phase::Lowering`]).
+    pub fn lowering(&self) -> bool {
+        self.family.phase() == Phase::Lowering
+    }
 }
 
 impl std::fmt::Debug for RuleDef {

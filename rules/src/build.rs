@@ -603,7 +603,6 @@ impl Rule {
             equation,
             condition,
             why: self.why,
-            lowering: self.family.phase() == Phase::Lowering,
             rewrites: self.rws.into_iter().flat_map(|r| r.rewrites(name, guard)).collect(),
         }
     }

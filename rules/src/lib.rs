@@ -31,7 +31,7 @@ pub use build::conflict;
 use tra_optimizer::rule::RuleDef;
 pub use tra_optimizer::rule::{Family, Phase};
 
-/// Every rule: the lowering rules (`lowering: true`) first, then R1,
+/// Every rule: the lowering rules (`lowering()`) first, then R1,
 /// R2 and matmul.
 pub fn all() -> Vec<RuleDef> {
     let mut v = lower::rules();
@@ -53,7 +53,7 @@ pub fn by_name(name: &str) -> Option<RuleDef> {
 
 /// The lowering rules only (Table 1): the first phase of a run.
 pub fn lowering() -> Vec<RuleDef> {
-    all().into_iter().filter(|r| r.lowering).collect()
+    all().into_iter().filter(|r| r.lowering()).collect()
 }
 
 /// The markdown table of every rule (what `tra rules --format md` prints).

@@ -290,7 +290,7 @@ impl RuleSets {
         let log: Log = Arc::default();
         let cells: CellLog = Arc::default();
         let own: HashMap<Symbol, &'static str> = candidate.rewrites.iter().map(|r| (r.name, rule)).collect();
-        let lowering_only = candidate.lowering;
+        let lowering_only = candidate.lowering();
         let mut candidate = candidate;
         candidate.rewrites =
             std::mem::take(&mut candidate.rewrites).into_iter().map(|r| recorded(rule, r, &log, &cells)).collect();
@@ -325,10 +325,11 @@ impl RuleSets {
         let (mut phase1, mut phase2) = (Vec::new(), Vec::new());
         for r in tra_rules::all() {
             tested.push(r.name);
+            let lowering = r.lowering();
             for rw in r.rewrites {
                 own.insert(rw.name, r.name);
                 let rw = recorded(r.name, rw, &log, &cells);
-                if r.lowering {
+                if lowering {
                     phase1.push(rw.clone());
                 }
                 phase2.push(rw);
