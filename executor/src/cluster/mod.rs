@@ -102,7 +102,18 @@ pub fn run_loopback<T: Elem>(
 /// `n` loopback addresses with ports that were free a moment ago, chosen
 /// below the usual ephemeral range (32768 and up), so that the outgoing
 /// connections of other processes cannot take them before they are bound.
+///
+/// A port is handed out once per OS process: two runs started side by side
+/// (tests in one binary, local clusters of one server) never race for the
+/// same port between this probe and the process that binds it.
 pub fn free_loopback_addresses(n: usize) -> Result<Vec<String>, String> {
+    static HANDED_OUT: std::sync::Mutex<Option<std::collections::HashSet<u16>>> = std::sync::Mutex::new(None);
+    let mut handed_out = HANDED_OUT.lock().unwrap_or_else(|p| p.into_inner());
+    let handed_out = handed_out.get_or_insert_with(Default::default);
+    if handed_out.len() > 15_000 {
+        // Almost every port of the range was used once: those runs are long over.
+        handed_out.clear();
+    }
     let mut out = Vec::with_capacity(n);
     let mut held = Vec::with_capacity(n);
     for _ in 0..2000 {
@@ -110,7 +121,11 @@ pub fn free_loopback_addresses(n: usize) -> Result<Vec<String>, String> {
             break;
         }
         let port: u16 = rand::random_range(12000..32000);
+        if handed_out.contains(&port) {
+            continue;
+        }
         if let Ok(l) = std::net::TcpListener::bind(("127.0.0.1", port)) {
+            handed_out.insert(port);
             out.push(format!("127.0.0.1:{port}"));
             held.push(l);
         }

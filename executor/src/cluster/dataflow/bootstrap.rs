@@ -127,7 +127,8 @@ fn connect(
     let channels: u8 = if heartbeats { 2 } else { 1 };
     let context = [b"tra peer".as_slice(), &token.to_le_bytes()].concat();
     let listen = listen.unwrap_or(addresses[me].as_str());
-    let listener = TcpListener::bind(listen).map_err(|e| format!("process {me}: cannot listen on {listen}: {e}"))?;
+    let listener = bind_patiently(listen, deadline.min(Instant::now() + Duration::from_secs(5)))
+        .map_err(|e| format!("process {me}: cannot listen on {listen}: {e}"))?;
     listener.set_nonblocking(true).map_err(|e| e.to_string())?;
     let mut sockets: Vec<Option<TcpStream>> = (0..n).map(|_| None).collect();
     let mut beats: Vec<Option<TcpStream>> = (0..n).map(|_| None).collect();
@@ -242,5 +243,18 @@ impl FirstAddr for String {
     fn to_socket_addrs_first(&self) -> std::io::Result<std::net::SocketAddr> {
         use std::net::ToSocketAddrs;
         self.as_str().to_socket_addrs()?.next().ok_or_else(|| std::io::Error::other(format!("{self}: no address")))
+    }
+}
+
+/// Bind `listen`, retrying while the port is in use until `until`: a port
+/// probed free a moment ago can be held briefly by another probe.
+fn bind_patiently(listen: &str, until: Instant) -> std::io::Result<TcpListener> {
+    loop {
+        match TcpListener::bind(listen) {
+            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse && Instant::now() < until => {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            other => return other,
+        }
     }
 }
