@@ -30,8 +30,9 @@ struct Server {
 
 impl Server {
     fn start(flags: &[&str]) -> Server {
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+        // Below the ephemeral range, and never the same port twice in this
+        // binary: no outgoing connection or parallel test takes it first.
+        let addr: SocketAddr = tra_executor::cluster::free_loopback_addresses(1).unwrap()[0].parse().unwrap();
         let child = Command::new(TRA)
             .args(["serve", "--addr", &addr.to_string()])
             .args(flags)
