@@ -132,6 +132,25 @@ def cases():
         prog = {"inputs": ins, "nodes": nodes, "outputs": ["ABC"]}
         out.append((name, prog, {"A": a, "B": b, "C": c}, "ABC", a @ b @ c, "dense"))
 
+    # Masks: a filtered relation (holes) joined with a full one is an inner
+    # join on keys; the result's frontier is that of the keys it has.
+    x, y = rng.standard_normal((6, 4)), rng.standard_normal((6, 4))
+    upper = lambda i, j: i <= j  # noqa: E731
+    prog = {"inputs": {**blocks("X", [3, 2], [2, 2]), **blocks("Y", [3, 2], [2, 2])},
+            "nodes": {"F": {"op": "filter", "input": "X", "predicate": "k0 <= k1"},
+                      "J": join("F", "X", [0, 1], [0, 1], "elemMul"),
+                      "D": join("Y", "F", [0, 1], [0, 1], "matSub")},
+            "outputs": ["J", "D"]}
+    # Keys (0,0), (0,1), (1,1): the frontier is [2, 2], so 4×4 dense.
+    out.append(("triangular mask ⋈ full", prog, {"X": x, "Y": y}, "J", block_mask(x * x, 2, upper)[:4, :4], "dense"))
+    out.append(("full ⋈ triangular mask", prog, {"X": x, "Y": y}, "D", block_mask(y - x, 2, upper)[:4, :4], "dense"))
+    a, c = rng.standard_normal((8, 8)), rng.standard_normal((8, 6))
+    band = lambda i, j: abs(i - j) <= 1  # noqa: E731
+    nodes = {"Bd": {"op": "filter", "input": "A", "predicate": "k0 <= k1 + 1 && k1 <= k0 + 1"}}
+    product(nodes, "P", "Bd", "C")
+    prog = {"inputs": {**blocks("A", [4, 4], [2, 2]), **blocks("C", [4, 3], [2, 2])}, "nodes": nodes, "outputs": ["P"]}
+    out.append(("banded mask · full", prog, {"A": a, "C": c}, "P", block_mask(a, 2, band) @ c, "dense"))
+
     # The ML workloads of examples/, scaled down (scripts/ml_programs.py).
     x = rng.standard_normal((12, 8)) * 3
     out.append(("softmax", ml_programs.softmax(12, 8, 3, 2, 1), {"X": x}, "out", ml_programs.numpy_softmax(x), "dense"))

@@ -138,12 +138,21 @@ pub fn join(l: &RelType, r: &RelType, lk: &[usize], rk: &[usize], kernel: &Kerne
     }
     check_dims(lk, l.key_arity(), "left_keys", "left key")?;
     check_dims(rk, r.key_arity(), "right_keys", "right key")?;
+    // Two complete relations must agree on the joined bounds (anything else
+    // is a mistake). A relation with holes (a filter's result, a mask) joins
+    // anything: the join is an inner join on keys, missing keys match
+    // nothing, and the frontier below is that of the keys that do match.
+    let complete = l.keys == KeySet::Dense && r.keys == KeySet::Dense;
     for (&a, &b) in lk.iter().zip(rk) {
-        if l.frontier[a] != r.frontier[b] {
+        if complete && l.frontier[a] != r.frontier[b] {
             return Err(TypeError::new(
                 ErrorCode::BoundsMismatch,
                 Some("right_keys"),
-                format!("left key dim {a} has bound {}, right key dim {b} has bound {}", l.frontier[a], r.frontier[b]),
+                format!(
+                    "left key dim {a} has bound {}, right key dim {b} has bound {} (both relations are complete; \
+                     only a relation with holes, such as a mask, joins one of other bounds)",
+                    l.frontier[a], r.frontier[b]
+                ),
             ));
         }
     }
