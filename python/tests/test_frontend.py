@@ -227,6 +227,18 @@ def test_errors_name_the_operation():
         raise AssertionError("a 40,000-float result came back over HTTP")
 
 
+def test_empty_axes_give_numpy_answers():
+    b = np.random.default_rng(9).standard_normal((6, 4))
+    local = tra.Session(binary=TRA, sites=2)
+    # (0, 6) @ (6, 4) is empty; (3, 0) @ (0, 4) is zeros, as numpy says.
+    for a, bb, blocks in [(np.ones((0, 6)), b, ((2, 3), (3, 2))), (np.ones((3, 0)), np.ones((0, 4)), ((3, 2), (2, 2)))]:
+        A, B = tra.array(a, block=blocks[0]), tra.array(bb, block=blocks[1])
+        for session in (None, local):
+            close((A @ B).compute(session=session), a @ bb, f"{a.shape} @ {bb.shape}")
+            close(tra.relu(A).sum(axis=1).compute(session=session), np.maximum(a, 0).sum(axis=1), f"sum of {a.shape}")
+        close(tra.einsum("ij,jk->ik", A, B).compute(), np.einsum("ij,jk->ik", a, bb), "einsum with an empty axis")
+
+
 def test_explain_and_local_run():
     x = tra.array(np.arange(12.0).reshape(4, 3), block=(2, 3))
     out = io.StringIO()

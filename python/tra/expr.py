@@ -252,12 +252,14 @@ def array(data: Any, block: Union[int, Sequence[int], None] = None, partition: O
     block = tuple(int(b) for b in block)
     if len(block) != arr.ndim:
         raise TraError("array", f"block {block} has {len(block)} sizes for an array of shape {arr.shape}")
+    # An empty axis is one empty block (block size 0, or any size: it is cut to 0).
+    block = tuple(0 if n == 0 else b for n, b in zip(arr.shape, block))
     for ax, (n, b) in enumerate(zip(arr.shape, block)):
-        if b <= 0 or n % b != 0:
+        if n != 0 and (b <= 0 or n % b != 0):
             raise TraError("array", f"block size {b} does not divide axis {ax} of size {n} (shape {arr.shape})")
     if partition is not None and not 0 <= partition < arr.ndim:
         raise TraError("array", f"partition {partition} is not an axis of a {arr.ndim}-D array")
-    grid = tuple(n // b for n, b in zip(arr.shape, block))
+    grid = tuple(n // b if b else 1 for n, b in zip(arr.shape, block))
     kind = "mat" if arr.ndim == 2 else "vec"
     return Expr("array", kind, arr.shape, block, grid, lambda b: b.input(arr, grid, block, partition))
 

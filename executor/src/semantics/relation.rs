@@ -141,10 +141,11 @@ impl Relation {
         }
         let mut counts = Vec::with_capacity(shape.len());
         for (i, (&n, &b)) in shape.iter().zip(block_shape).enumerate() {
-            if b == 0 || n % b != 0 {
+            // An empty axis is one empty block.
+            if (b == 0 && n != 0) || (b != 0 && n % b != 0) {
                 return Err(format!("axis {i}: extent {n} is not a multiple of the block extent {b}"));
             }
-            let c = u32::try_from(n / b).map_err(|_| format!("axis {i}: too many blocks"))?;
+            let c = if b == 0 { 1 } else { u32::try_from(n / b).map_err(|_| format!("axis {i}: too many blocks"))? };
             counts.push(c);
         }
         let mut tuples = BTreeMap::new();

@@ -86,11 +86,12 @@ pub fn input(decl: &InputDecl) -> TResult<RelType> {
     }
     let mut array_bounds = Vec::with_capacity(decl.array_bounds.len());
     for (i, &b) in decl.array_bounds.iter().enumerate() {
-        if b <= 0 {
+        // 0 is an empty axis: every block is empty (numpy's zero-size arrays).
+        if b < 0 {
             return Err(TypeError::new(
                 ErrorCode::BadBounds,
                 Some("array_bounds"),
-                format!("array bound {i} is {b}: array bounds must be positive"),
+                format!("array bound {i} is {b}: array bounds must not be negative"),
             ));
         }
         array_bounds.push(b as usize);
