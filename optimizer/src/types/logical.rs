@@ -388,6 +388,13 @@ pub fn tile_as_map(x: &RelType, dim: usize, size: usize) -> TResult<(KeyFn, Kern
             format!("tile size {size} does not divide array dim {dim} of bound {}", x.array_bounds[dim]),
         ));
     }
+    if x.array_bounds[dim] == 0 {
+        return Err(TypeError::new(
+            ErrorCode::BadField,
+            Some("dim"),
+            format!("array dim {dim} is empty (bound 0): there are no pieces to tile it into"),
+        ));
+    }
     let pieces = (x.array_bounds[dim] / size) as u32;
     let key = KeyFn::replicate(x.key_arity(), x.key_arity(), pieces);
     let kernel = KernelRef::Named { name: "tile".into(), args: vec![dim.to_string(), size.to_string()] };
