@@ -1,7 +1,7 @@
 //! Masks: a relation with holes (a filter's result) joined with a complete
 //! one is an inner join on keys — a missing key matches nothing — and the
-//! result's type lists exactly the keys it has (its frontier is theirs, max
-//! + 1). Triangular and banded masks on either side of elementwise joins and
+//! result's type lists exactly the keys it has (its frontier is theirs: the
+//! largest key plus one). Triangular and banded masks on either side of elementwise joins and
 //! products, for random key bounds: the inferred keys against the reference
 //! interpreter's, every plan the optimizer offers against the interpreter on
 //! 1-7 sites. numpy checks of the same programs are in
@@ -19,10 +19,9 @@ use tra_tests::program;
 fn masked(i: u32, j: u32, mask: &str, masked_left: bool, product: bool) -> String {
     let (l, r) = if masked_left { ("F", "Y") } else { ("Y", "F") };
     let tail = if product {
-        format!(
-            r#""J": {{"op": "join", "left": "F", "right": "Z", "left_keys": [1], "right_keys": [0], "kernel": "matMul"}},
-               "O": {{"op": "aggregate", "input": "J", "group_by": [0, 2], "kernel": "matAdd"}}"#
-        )
+        r#""J": {"op": "join", "left": "F", "right": "Z", "left_keys": [1], "right_keys": [0], "kernel": "matMul"},
+               "O": {"op": "aggregate", "input": "J", "group_by": [0, 2], "kernel": "matAdd"}"#
+            .to_string()
     } else {
         format!(
             r#""O": {{"op": "join", "left": "{l}", "right": "{r}", "left_keys": [0, 1], "right_keys": [0, 1], "kernel": "matSub"}}"#

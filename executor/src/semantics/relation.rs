@@ -145,7 +145,10 @@ impl Relation {
             if (b == 0 && n != 0) || (b != 0 && n % b != 0) {
                 return Err(format!("axis {i}: extent {n} is not a multiple of the block extent {b}"));
             }
-            let c = if b == 0 { 1 } else { u32::try_from(n / b).map_err(|_| format!("axis {i}: too many blocks"))? };
+            let c = match n.checked_div(b) {
+                Some(c) => u32::try_from(c).map_err(|_| format!("axis {i}: too many blocks"))?,
+                None => 1,
+            };
             counts.push(c);
         }
         let mut tuples = BTreeMap::new();
