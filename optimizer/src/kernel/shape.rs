@@ -65,23 +65,15 @@ fn named_shape(label: &str, k: Kernel, inputs: &[&[usize]]) -> Result<(Vec<usize
             matrices("the operand")?;
             Ok((vec![inputs[0][1], inputs[0][0]], 1))
         }
-        Kernel::MatVec => {
+        Kernel::MatVec | Kernel::MatColVec => {
             let (a, b) = (inputs[0], inputs[1]);
             if a.len() != 2 || b.len() != 1 {
                 return bad(format!("operands must be a matrix and a vector, got {} and {}", show(a), show(b)));
             }
-            if a[1] != b[0] {
-                return bad(format!("vector length differs from the row length: {} and {}", show(a), show(b)));
-            }
-            Ok((a.to_vec(), 1))
-        }
-        Kernel::MatColVec => {
-            let (a, b) = (inputs[0], inputs[1]);
-            if a.len() != 2 || b.len() != 1 {
-                return bad(format!("operands must be a matrix and a vector, got {} and {}", show(a), show(b)));
-            }
-            if a[0] != b[0] {
-                return bad(format!("vector length differs from the row count: {} and {}", show(a), show(b)));
+            // A row vector runs along a row, a column vector along a column.
+            let (axis, what) = if k == Kernel::MatVec { (1, "row length") } else { (0, "row count") };
+            if a[axis] != b[0] {
+                return bad(format!("vector length differs from the {what}: {} and {}", show(a), show(b)));
             }
             Ok((a.to_vec(), 1))
         }
