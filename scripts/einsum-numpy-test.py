@@ -3,7 +3,7 @@
 
 Each case draws an expression (1-4 operands; shared, repeated (diagonal) and
 private indices; scalars; explicit and implicit outputs; sometimes `...`,
-size-1 broadcasting and spaces), random float64 (sometimes float32) operands,
+size-1 broadcasting and spaces) and fixed ones with zero-size axes, random float64 (sometimes float32) operands,
 a block size that often does not divide the sizes (padded blocks) and a
 number of sites; runs
 
@@ -98,8 +98,14 @@ def main():
     nrng = np.random.default_rng(ns.seed)
     failures = 0
     with tempfile.TemporaryDirectory(prefix="tra-einsum-") as d:
-        for case in range(ns.cases):
-            expr, shapes = random_case(rng)
+        # Zero-size axes: numpy answers with empty arrays, or zeros where an
+        # empty index is summed; tra cuts an empty axis into one empty block.
+        zero_size = [("ij,jk->ik", [(0, 3), (3, 4)]), ("ij,jk->ik", [(3, 0), (0, 4)]), ("i,i->", [(0,), (0,)]),
+                     ("ij->", [(0, 5)]), ("ij->j", [(0, 5)]), ("bij,bjk->bik", [(0, 2, 3), (0, 3, 4)]),
+                     ("i,j->ij", [(0,), (3,)]), ("ii->i", [(0, 0)]), ("ij->ji", [(2, 0)]),
+                     ("ij,jk,kl->il", [(2, 3), (3, 0), (0, 4)])]
+        cases = [random_case(rng) for _ in range(ns.cases)] + zero_size
+        for expr, shapes in cases:
             arrays = [nrng.standard_normal(s) for s in shapes]
             args = ["einsum", expr]
             for i, a in enumerate(arrays):
@@ -151,7 +157,8 @@ def main():
             else:
                 print(f"ok   error {expr!r}: {r.stderr.splitlines()[0]}")
 
-    print(f"{ns.cases} random expressions and 4 error cases: {failures} failure(s)")
+    print(f"{ns.cases} random expressions, {len(zero_size)} with zero-size axes and 4 error cases: "
+          f"{failures} failure(s)")
     return 1 if failures else 0
 
 

@@ -5,7 +5,9 @@ Each program is a TRA program over blocked matrices that computes something
 numpy computes in one line: the diagonal of a product (`diag(A·B)`, which once
 crashed the optimizer, and its minimal form), the transpose and the row sums
 of a product, `relu(X·Y + Z)`, a product with a block mask, a chain of three
-bracketed both ways. For sites 1-7 it runs
+bracketed both ways, and the ML workloads of examples/ scaled down (softmax,
+layer normalization, a logistic-regression step, an attention head; built by
+scripts/ml_programs.py). For sites 1-7 it runs
 
     tra run --format json PROGRAM --input A=a.npy ... --output OUT=out.npy --dense --sites S
 
@@ -28,6 +30,8 @@ import tempfile
 import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+import ml_programs  # noqa: E402  (the ML workloads, shared with examples/)
 
 
 def blocks(name, keys, block):
@@ -127,6 +131,41 @@ def cases():
     for name, nodes in [("(A·B)·C", left), ("A·(B·C)", right)]:
         prog = {"inputs": ins, "nodes": nodes, "outputs": ["ABC"]}
         out.append((name, prog, {"A": a, "B": b, "C": c}, "ABC", a @ b @ c, "dense"))
+
+    # Masks: a filtered relation (holes) joined with a full one is an inner
+    # join on keys; the result's frontier is that of the keys it has.
+    x, y = rng.standard_normal((6, 4)), rng.standard_normal((6, 4))
+    upper = lambda i, j: i <= j  # noqa: E731
+    prog = {"inputs": {**blocks("X", [3, 2], [2, 2]), **blocks("Y", [3, 2], [2, 2])},
+            "nodes": {"F": {"op": "filter", "input": "X", "predicate": "k0 <= k1"},
+                      "J": join("F", "X", [0, 1], [0, 1], "elemMul"),
+                      "D": join("Y", "F", [0, 1], [0, 1], "matSub")},
+            "outputs": ["J", "D"]}
+    # Keys (0,0), (0,1), (1,1): the frontier is [2, 2], so 4×4 dense.
+    out.append(("triangular mask ⋈ full", prog, {"X": x, "Y": y}, "J", block_mask(x * x, 2, upper)[:4, :4], "dense"))
+    out.append(("full ⋈ triangular mask", prog, {"X": x, "Y": y}, "D", block_mask(y - x, 2, upper)[:4, :4], "dense"))
+    a, c = rng.standard_normal((8, 8)), rng.standard_normal((8, 6))
+    band = lambda i, j: abs(i - j) <= 1  # noqa: E731
+    nodes = {"Bd": {"op": "filter", "input": "A", "predicate": "k0 <= k1 + 1 && k1 <= k0 + 1"}}
+    product(nodes, "P", "Bd", "C")
+    prog = {"inputs": {**blocks("A", [4, 4], [2, 2]), **blocks("C", [4, 3], [2, 2])}, "nodes": nodes, "outputs": ["P"]}
+    out.append(("banded mask · full", prog, {"A": a, "C": c}, "P", block_mask(a, 2, band) @ c, "dense"))
+
+    # The ML workloads of examples/, scaled down (scripts/ml_programs.py).
+    x = rng.standard_normal((12, 8)) * 3
+    out.append(("softmax", ml_programs.softmax(12, 8, 3, 2, 1), {"X": x}, "out", ml_programs.numpy_softmax(x), "dense"))
+    g, bias = rng.standard_normal(8), rng.standard_normal(8)
+    out.append(("layer norm", ml_programs.layernorm(12, 8, 3, 2, 1), {"X": x, "G": g, "B": bias}, "Y",
+                ml_programs.numpy_layernorm(x, g, bias), "dense"))
+    x, w = rng.standard_normal((40, 6)), rng.standard_normal((6, 1)) * 0.3
+    y = (rng.random((40, 1)) > 0.5).astype(float)
+    w_new, loss = ml_programs.numpy_logreg_step(x, y, w)
+    data = {"X": x, "Y": y, "W": w}
+    out.append(("logreg step: weights", ml_programs.logreg_step(40, 6, 4, 1), data, "Wn", w_new, "dense"))
+    out.append(("logreg step: loss", ml_programs.logreg_step(40, 6, 4, 1), data, "loss", loss, "relation"))
+    q, k, v = (rng.standard_normal((16, 4)) for _ in range(3))
+    out.append(("attention head", ml_programs.attention_head(16, 4, 4, 1), {"Q": q, "K": k, "V": v}, "O",
+                ml_programs.numpy_attention(q, k, v), "dense"))
     return out
 
 

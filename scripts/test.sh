@@ -7,4 +7,5 @@ cargo test --workspace --no-fail-fast "$@"
 bash scripts/client-test.sh
 python3 scripts/programs-numpy-test.py
 python3 scripts/einsum-numpy-test.py
+bash scripts/python-test.sh
 bash scripts/web-test.sh

@@ -54,6 +54,32 @@ pub const SOURCES: &[(&str, &str, &str)] = &[
          labels (padded), a narrow hidden layer of 1,000, batch 1,000. A model-parallel plan wins.",
         include_str!("../../examples/ffnn-amazoncat.json"),
     ),
+    (
+        "softmax",
+        "Softmax over the rows of a 65,536×4,096 matrix in 64×4 blocks on 8 sites: row maxima and sums \
+         are rowMax/rowSum per block aggregated over the column blocks, then joined back. With X \
+         partitioned by row blocks, nothing moves.",
+        include_str!("../../examples/softmax.json"),
+    ),
+    (
+        "layernorm",
+        "Layer normalization of 262,144 rows of 1,024 features in row blocks on 8 sites: mean and \
+         variance per row, then gain and bias per feature. Only the gain and bias are broadcast.",
+        include_str!("../../examples/layernorm.json"),
+    ),
+    (
+        "logreg-step",
+        "One gradient step of logistic regression on a tall X (1,048,576 × 1,024 in 128 row blocks) \
+         on 8 sites: sigmoid, the log loss, the gradient Xᵀ(P − Y) and the update. The weights are \
+         broadcast and the data stays put.",
+        include_str!("../../examples/logreg-step.json"),
+    ),
+    (
+        "attention-head",
+        "One attention head softmax(Q·Kᵀ/√d)·V, sequence 4,096 × head 128 in 8 row blocks on 8 sites. \
+         The plan keeps the 4,096×4,096 score matrix where it is computed.",
+        include_str!("../../examples/attention-head.json"),
+    ),
 ];
 
 /// One built-in example.

@@ -43,6 +43,10 @@ pub(crate) struct Analysis {
 
 impl Analysis {
     pub(crate) fn blocks(&self, l: Label) -> u32 {
+        // An empty index is one empty block.
+        if self.block[&l] == 0 {
+            return 1;
+        }
         self.size[&l].div_ceil(self.block[&l]) as u32
     }
     pub(crate) fn decl(&self, labels: &[Label]) -> InputDecl {
@@ -288,15 +292,10 @@ pub(crate) fn analyze(req: &Request, p: &Parsed) -> Result<Analysis, EinsumError
                 ));
             }
         }
+        // An empty index is one block of size 0: the relation has its
+        // tuples, each block is empty, and the result is numpy's (empty, or
+        // zeros where the empty index is summed).
         let s = first_big.map_or(1, |o| o.size);
-        if s == 0 {
-            let o = os[0];
-            return Err(at(
-                o.pos,
-                ErrorCode::BadBounds,
-                format!("{} has size 0 in {}: tra cannot cut an empty axis into blocks", describe(l), names[o.operand]),
-            ));
-        }
         size.insert(l, s);
     }
 
@@ -349,7 +348,7 @@ pub(crate) fn analyze(req: &Request, p: &Parsed) -> Result<Analysis, EinsumError
         }
         // Sizes in 64 bits: a key bound is a u32, so an index may have at
         // most u32::MAX blocks (a larger count used to wrap around silently).
-        let blocks = (s as u64).div_ceil(b as u64);
+        let blocks = if b == 0 { 1 } else { (s as u64).div_ceil(b as u64) };
         if blocks > u64::from(u32::MAX) {
             let o = os[0];
             let min_block = (s as u64).div_ceil(u64::from(u32::MAX));
@@ -369,7 +368,10 @@ pub(crate) fn analyze(req: &Request, p: &Parsed) -> Result<Analysis, EinsumError
     }
     // Every operand and the output must have a size that fits 64 bits
     // (padded to whole blocks).
-    let padded = |l: &Label| (size[l] as u64).div_ceil(block[l] as u64).checked_mul(block[l] as u64);
+    let padded = |l: &Label| {
+        let b = (block[l] as u64).max(1);
+        (size[l] as u64).div_ceil(b).checked_mul(b)
+    };
     let overflows =
         |ls: &[Label]| ls.iter().try_fold(1u64, |acc, l| padded(l).and_then(|p| acc.checked_mul(p))).is_none();
     for (i, t) in p.inputs.iter().enumerate() {

@@ -92,6 +92,12 @@ fn sample(name: &str) -> (String, Vec<Vec<usize>>, bool) {
         "tile" => ("tile(1,2)", s(&[&[3, 8]]), true),
         "concat" => ("concat(0,1)", s(&[&[3, 2], &[3, 2]]), true),
         "einSum" => ("einSum(ij_jk_ik)", s(&[&[5, 7], &[7, 3]]), false),
+        "exp" | "log" | "sqrt" => (name, s(&[&[3, 4, 5]]), true),
+        "shift" => ("shift(-0.25)", s(&[&[300]]), true),
+        "elemDiv" => (name, s(&[&[33, 17], &[33, 17]]), true),
+        "rowMax" | "colMax" => (name, s(&[&[6, 9]]), true),
+        "matVecMul" | "matVecDiv" => (name, s(&[&[4, 9], &[9]]), true),
+        "matColVecAdd" | "matColVecSub" | "matColVecMul" | "matColVecDiv" => (name, s(&[&[4, 9], &[4]]), true),
         other => panic!("no sample for catalog entry `{other}`"),
     };
     (k.to_string(), sh, exact)
@@ -137,6 +143,14 @@ fn compositions_match_the_reference() {
         ("compose(minIndex,rowSum)", &[&[6, 5]], false),
         ("einSum(ii_i)", &[&[6, 6]], true),
         ("compose(relu,einSum(bij_bjk_bik))", &[&[2, 3, 4], &[2, 4, 5]], false),
+        ("compose(exp,matSub)", rect, true),
+        ("compose(log,compose(sigmoid,matSub))", rect, true),
+        ("compose(neg,elemDiv)", rect, true),
+        ("compose(sqrt,compose(shift(1e-5),elemMul))", rect, true),
+        ("compose(exp,matColVecSub)", &[&[9, 20], &[9]], true),
+        ("compose(rowMax,max)", rect, true),
+        ("compose(colMax,compose(exp,matAdd))", rect, true),
+        ("rowMax", &[&[4, 0]], true),
     ] {
         check_both(kernel, shapes, exact);
     }

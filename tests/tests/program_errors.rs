@@ -180,3 +180,12 @@ fn deep_chain_is_checked_without_stack_overflow() {
     assert_eq!(t.order.len(), 5000);
     assert!(!p.to_sexpr().is_empty());
 }
+
+#[test]
+fn an_empty_axis_cannot_be_tiled() {
+    let e = error_of(
+        r#"{"inputs": {"X": {"key_bounds": [2, 2], "array_bounds": [0, 4]}},
+            "nodes": {"T": {"op": "tile", "input": "X", "dim": 0, "size": 2}}, "outputs": ["T"]}"#,
+    );
+    assert_err(&e, ErrorCode::BadField, "T.dim", &["array dim 0 is empty"]);
+}

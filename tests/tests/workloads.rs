@@ -151,3 +151,37 @@ fn the_choice_flips_with_the_cluster_size() {
         }
     }
 }
+
+#[test]
+fn softmax_over_row_partitioned_rows_moves_nothing() {
+    let a = run("softmax");
+    assert_eq!(a.cost.network_floats, 0, "{}", a.alternatives[0].label);
+    snapshot("softmax", &a);
+}
+
+#[test]
+fn layernorm_broadcasts_only_gain_and_bias() {
+    let a = run("layernorm");
+    let (b, s) = moved(&a.plan);
+    assert!(!b.contains(&"X".to_string()) && !s.contains(&"X".to_string()), "X stays: {b:?} {s:?}");
+    snapshot("layernorm", &a);
+}
+
+#[test]
+fn logreg_step_keeps_the_tall_data_in_place() {
+    let a = run("logreg-step");
+    let (b, s) = moved(&a.plan);
+    assert!(!b.contains(&"X".to_string()) && !s.contains(&"X".to_string()), "X stays: {b:?} {s:?}");
+    // Far less than one copy of X (2^30 floats) moves.
+    assert!(a.cost.network_floats < 1 << 20, "{}", a.cost.network_floats);
+    snapshot("logreg-step", &a);
+}
+
+#[test]
+fn attention_head_does_not_ship_the_score_matrix() {
+    let a = run("attention-head");
+    // The n×n scores are 4096² floats; the chosen plan moves less than that
+    // in total, so no plan step ships them.
+    assert!(a.cost.network_floats < 4096 * 4096, "{}: {}", a.alternatives[0].label, a.cost.network_floats);
+    snapshot("attention-head", &a);
+}

@@ -407,6 +407,10 @@ fn cut(shape: &[usize], values: Vec<f64>, t: &RelType) -> Result<Relation, Strin
     let relation_shape: Vec<usize> = kb.iter().chain(ab).copied().collect();
     let dense_shape: Option<Vec<usize>> =
         (kb.len() == ab.len()).then(|| kb.iter().zip(ab).map(|(k, a)| k * a).collect());
+    // JSON cannot spell the shape of an empty array (numpy's tolist() of a
+    // (0, 6) array is `[]`): an empty array is the empty relation array.
+    let empty = values.is_empty() && relation_shape.contains(&0);
+    let shape = if empty { relation_shape.as_slice() } else { shape };
     let array = ArrayD::from_shape_vec(IxDyn(shape), values).map_err(|e| e.to_string())?;
     if shape == relation_shape.as_slice() {
         let mut tuples = BTreeMap::new();

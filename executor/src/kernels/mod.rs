@@ -165,6 +165,14 @@ fn scalar(kernel: &KernelRef) -> Option<Scalar> {
                 }
                 "relu" => Unary(Box::new(|x| if x > 0.0 { x } else { 0.0 })),
                 "sigmoid" => Unary(Box::new(|x| 1.0 / (1.0 + (-x).exp()))),
+                "exp" => Unary(Box::new(f64::exp)),
+                "log" => Unary(Box::new(f64::ln)),
+                "sqrt" => Unary(Box::new(f64::sqrt)),
+                "shift" => {
+                    let c = arg(0)?;
+                    Unary(Box::new(move |x| x + c))
+                }
+                "elemDiv" => Binary(Box::new(|a, b| a / b)),
                 "neg" => Unary(Box::new(|x| -x)),
                 "scale" => {
                     let c = arg(0)?;
@@ -240,6 +248,20 @@ fn named_other(kernel: &KernelRef, name: &str, args: &[String], inputs: &[&Block
         "diag" => mat(a)?.diag().to_owned().into_dyn(),
         "matVecAdd" => Zip::from(a).and_broadcast(inputs[1]).map_collect(|&x, &v| x + v),
         "matVecSub" => Zip::from(a).and_broadcast(inputs[1]).map_collect(|&x, &v| x - v),
+        "matVecMul" => Zip::from(a).and_broadcast(inputs[1]).map_collect(|&x, &v| x * v),
+        "matVecDiv" => Zip::from(a).and_broadcast(inputs[1]).map_collect(|&x, &v| x / v),
+        "matColVecAdd" | "matColVecSub" | "matColVecMul" | "matColVecDiv" => {
+            let f: fn(f64, f64) -> f64 = match name {
+                "matColVecAdd" => |x, v| x + v,
+                "matColVecSub" => |x, v| x - v,
+                "matColVecMul" => |x, v| x * v,
+                _ => |x, v| x / v,
+            };
+            let v = inputs[1].view().insert_axis(Axis(1));
+            Zip::from(a).and_broadcast(&v).map_collect(|&x, &v| f(x, v))
+        }
+        "rowMax" => mat(a)?.fold_axis(Axis(1), f64::NEG_INFINITY, |&m, &x| m.max(x)).into_dyn(),
+        "colMax" => mat(a)?.fold_axis(Axis(0), f64::NEG_INFINITY, |&m, &x| m.max(x)).into_dyn(),
         "rowSum" => mat(a)?.sum_axis(Axis(1)).into_dyn(),
         "colSum" => mat(a)?.sum_axis(Axis(0)).into_dyn(),
         "minIndex" => {

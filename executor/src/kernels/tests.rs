@@ -64,6 +64,13 @@ fn sample(name: &str) -> Option<(KernelRef, Vec<Vec<usize>>, u64)> {
         "tile" => (k("tile(1,2)"), s(&[&[3, 6]]), 0),
         "concat" => (k("concat(0,1)"), s(&[&[3, 2], &[3, 2]]), 0),
         "einSum" => (k("einSum(ij_jk_ik)"), s(&[&[3, 4], &[4, 5]]), 2 * 3 * 4 * 5),
+        "exp" | "log" | "sqrt" => (k(name), s(&[&[3, 4]]), 12),
+        "shift" => (k("shift(1e-5)"), s(&[&[3, 4]]), 12),
+        "elemDiv" => (k("elemDiv"), s(&[&[3, 4], &[3, 4]]), 12),
+        "rowMax" => (k("rowMax"), s(&[&[3, 4]]), 3 * 3),
+        "colMax" => (k("colMax"), s(&[&[3, 4]]), 2 * 4),
+        "matVecMul" | "matVecDiv" => (k(name), s(&[&[3, 4], &[4]]), 12),
+        "matColVecAdd" | "matColVecSub" | "matColVecMul" | "matColVecDiv" => (k(name), s(&[&[3, 4], &[3]]), 12),
         _ => return None,
     })
 }
@@ -439,4 +446,47 @@ fn einsum_paths_agree() {
     }
     // Shapes the spec does not accept are the catalog's errors.
     assert!(matches!(apply(&k("einSum(ij_jk_ik)"), &[&a, &a]), Err(KernelError::BadShape(_))));
+}
+
+#[test]
+fn nonlinear_kernels_follow_numpy() {
+    let mut rng = rng();
+    let a = random(&mut rng, &[3, 4]);
+    let b = random(&mut rng, &[3, 4]).mapv(|x| x + 2.0);
+    assert!(close(&one("exp", &[&a]), &a.mapv(f64::exp)));
+    assert!(close(&one("log", &[&b]), &b.mapv(f64::ln)));
+    assert!(close(&one("sqrt", &[&b]), &b.mapv(f64::sqrt)));
+    assert!(close(&one("shift(0.5)", &[&a]), &a.mapv(|x| x + 0.5)));
+    assert!(close(&one("elemDiv", &[&a, &b]), &(&a / &b)));
+    let m = m2(&a);
+    let rows = one("rowMax", &[&a]);
+    let cols = one("colMax", &[&a]);
+    for i in 0..3 {
+        assert_eq!(rows[[i]], m.row(i).iter().cloned().fold(f64::MIN, f64::max));
+    }
+    for j in 0..4 {
+        assert_eq!(cols[[j]], m.column(j).iter().cloned().fold(f64::MIN, f64::max));
+    }
+    // A row and a column vector broadcast like numpy's a * v and a / v[:, None].
+    let v = random(&mut rng, &[4]);
+    let c = random(&mut rng, &[3]);
+    let mv = one("matVecMul", &[&a, &v]);
+    let cd = one("matColVecDiv", &[&a, &c]);
+    let cs = one("matColVecSub", &[&a, &c]);
+    for i in 0..3 {
+        for j in 0..4 {
+            assert_eq!(mv[[i, j]], a[[i, j]] * v[[j]]);
+            assert_eq!(cd[[i, j]], a[[i, j]] / c[[i]]);
+            assert_eq!(cs[[i, j]], a[[i, j]] - c[[i]]);
+        }
+    }
+    // NaN loses to a number; an empty row gives −∞ (max's identity).
+    let nan = Block::from_shape_vec(IxDyn(&[1, 3]), vec![f64::NAN, 1.0, -2.0]).unwrap();
+    assert_eq!(one("rowMax", &[&nan])[[0]], 1.0);
+    assert_eq!(one("rowMax", &[&Block::zeros(IxDyn(&[2, 0]))]).into_raw_vec_and_offset().0, vec![f64::NEG_INFINITY; 2]);
+    // rowMax distributes over max, as the catalog states.
+    assert_eq!(one("compose(rowMax,max)", &[&a, &b]), one("max", &[&one("rowMax", &[&a]), &one("rowMax", &[&b])]));
+    // A column vector of the wrong length is refused with both shapes.
+    let err = apply(&k("matColVecDiv"), &[&a, &v]).unwrap_err().to_string();
+    assert!(err.contains("[3, 4]") && err.contains("[4]"), "{err}");
 }

@@ -141,10 +141,14 @@ impl Relation {
         }
         let mut counts = Vec::with_capacity(shape.len());
         for (i, (&n, &b)) in shape.iter().zip(block_shape).enumerate() {
-            if b == 0 || n % b != 0 {
+            // An empty axis is one empty block.
+            if (b == 0 && n != 0) || (b != 0 && n % b != 0) {
                 return Err(format!("axis {i}: extent {n} is not a multiple of the block extent {b}"));
             }
-            let c = u32::try_from(n / b).map_err(|_| format!("axis {i}: too many blocks"))?;
+            let c = match n.checked_div(b) {
+                Some(c) => u32::try_from(c).map_err(|_| format!("axis {i}: too many blocks"))?,
+                None => 1,
+            };
             counts.push(c);
         }
         let mut tuples = BTreeMap::new();

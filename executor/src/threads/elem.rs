@@ -84,6 +84,10 @@ pub trait Elem:
     fn to_f64(self) -> f64;
     /// `e^x`.
     fn exp(self) -> Self;
+    /// Natural logarithm.
+    fn ln(self) -> Self;
+    /// Square root.
+    fn sqrt(self) -> Self;
     /// Maximum; a NaN loses to a number.
     fn fmax(self, o: Self) -> Self;
     /// Minimum; a NaN loses to a number.
@@ -115,6 +119,14 @@ macro_rules! impl_elem {
             #[inline(always)]
             fn exp(self) -> Self {
                 <$t>::exp(self)
+            }
+            #[inline(always)]
+            fn ln(self) -> Self {
+                <$t>::ln(self)
+            }
+            #[inline(always)]
+            fn sqrt(self) -> Self {
+                <$t>::sqrt(self)
             }
             #[inline(always)]
             fn fmax(self, o: Self) -> Self {

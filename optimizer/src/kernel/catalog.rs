@@ -291,7 +291,95 @@ static CATALOG: &[KernelInfo] = &[
         elementwise: false,
         distributes_over: &[],
     },
+    // Nonlinear and normalising kernels: softmax, layer normalization,
+    // logistic loss, attention. Across blocks, a row-wise max is
+    // `aggregate(max)` over `rowMax`, a row-wise sum `aggregate(matAdd)` over
+    // `rowSum`, and the broadcast back a join with a `matColVec…` kernel.
+    nonlinear("exp", 1, &[], "e^x elementwise, any shape. Flops: element count.", true, &[]),
+    nonlinear(
+        "log",
+        1,
+        &[],
+        "Natural logarithm elementwise, any shape (log 0 = −∞, negative → NaN). Flops: element count.",
+        true,
+        &[],
+    ),
+    nonlinear("sqrt", 1, &[], "Square root elementwise, any shape (negative → NaN). Flops: element count.", true, &[]),
+    nonlinear(
+        "shift",
+        1,
+        &["c"],
+        "x + c elementwise, any shape (e.g. the ε of a variance). Flops: element count.",
+        true,
+        &[],
+    ),
+    nonlinear(
+        "elemDiv",
+        2,
+        &[],
+        "Elementwise quotient a/b of two arrays of the same shape (IEEE: x/0 = ±∞). Flops: element count.",
+        true,
+        &[],
+    ),
+    nonlinear(
+        "rowMax",
+        1,
+        &[],
+        "Maximum of each row: [m,n]→[m] (a NaN loses to a number, as max; an empty row gives −∞). Flops m(n−1).",
+        false,
+        &["max"],
+    ),
+    nonlinear(
+        "colMax",
+        1,
+        &[],
+        "Maximum of each column: [m,n]→[n] (a NaN loses to a number, as max; an empty column gives −∞). Flops (m−1)n.",
+        false,
+        &["max"],
+    ),
+    nonlinear(
+        "matVecMul",
+        2,
+        &[],
+        "Multiplies every row by the vector elementwise: [m,n]×[n]→[m,n]. Flops mn.",
+        false,
+        &[],
+    ),
+    nonlinear(
+        "matVecDiv",
+        2,
+        &[],
+        "Divides every row by the vector elementwise: [m,n]×[n]→[m,n]. Flops mn.",
+        false,
+        &[],
+    ),
+    nonlinear(
+        "matColVecAdd",
+        2,
+        &[],
+        "Adds v[i] to row i (a column vector broadcast along the rows): [m,n]×[m]→[m,n]. Flops mn.",
+        false,
+        &[],
+    ),
+    nonlinear("matColVecSub", 2, &[], "Subtracts v[i] from row i: [m,n]×[m]→[m,n]. Flops mn.", false, &[]),
+    nonlinear("matColVecMul", 2, &[], "Multiplies row i by v[i]: [m,n]×[m]→[m,n]. Flops mn.", false, &[]),
+    nonlinear("matColVecDiv", 2, &[], "Divides row i by v[i]: [m,n]×[m]→[m,n]. Flops mn.", false, &[]),
 ];
+
+/// A catalog entry of the nonlinear block: never associative-commutative
+/// (`max` is the aggregation for maxima); `distributes_over` only where
+/// exact — `rowMax`/`colMax` over `max` (a maximum of maxima), while `exp`,
+/// `log` and `sqrt` distribute over nothing (`exp(a+b) ≠ exp a + exp b`).
+const fn nonlinear(
+    name: &'static str,
+    arity: usize,
+    params: &'static [&'static str],
+    doc: &'static str,
+    elementwise: bool,
+    distributes_over: &'static [&'static str],
+) -> KernelInfo {
+    KernelInfo { name, arity, params, doc, assoc_comm: false, elementwise, distributes_over }
+}
 
 /// Every catalog entry.
 pub fn catalog() -> &'static [KernelInfo] {
@@ -355,6 +443,8 @@ pub(super) enum Kernel {
     Diag,
     Transpose,
     MatVec,
+    /// `[m,n]×[m]→[m,n]`: a column vector broadcast along the rows.
+    MatColVec,
     RowSum,
     ColSum,
     MinIndex,
@@ -412,6 +502,13 @@ pub(super) fn resolve(name: &str, args: &[String]) -> Result<Kernel, KernelError
         "sgdStep" => Kernel::Elementwise2(2),
         "relu" | "scale" | "neg" => Kernel::Elementwise1(1),
         "sigmoid" => Kernel::Elementwise1(4),
+        "exp" | "log" | "sqrt" | "shift" => Kernel::Elementwise1(1),
+        "elemDiv" => Kernel::Elementwise2(1),
+        // Same shapes and flops as the sums (comparisons for additions).
+        "rowMax" => Kernel::RowSum,
+        "colMax" => Kernel::ColSum,
+        "matVecMul" | "matVecDiv" => Kernel::MatVec,
+        "matColVecAdd" | "matColVecSub" | "matColVecMul" | "matColVecDiv" => Kernel::MatColVec,
         "diag" => Kernel::Diag,
         "transpose" => Kernel::Transpose,
         "matVecAdd" | "matVecSub" => Kernel::MatVec,

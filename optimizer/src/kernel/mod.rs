@@ -42,6 +42,23 @@
 //! | `tile(dim,size)` | `s→` pieces of `s` with `s[dim]` = `size`; `s[dim]/size` blocks | 0 |
 //! | `concat(key_dim,array_dim)` | applied by the aggregation operator, see below | 0 |
 //! | `einSum(spec)` | Einstein summation inside a block, see below | see below |
+//! | `exp`, `log`, `sqrt`, `shift(c)` (x + c) | `s→s` | \|s\| |
+//! | `elemDiv` | `s×s→s`: a / b | \|s\| |
+//! | `rowMax` / `colMax` | `[m,n]→[m]` / `[m,n]→[n]` (a NaN loses; empty → −∞) | m(n−1) / (m−1)n |
+//! | `matVecMul`, `matVecDiv` | `[m,n]×[n]→[m,n]` (every row times / over the vector) | mn |
+//! | `matColVecAdd`, `…Sub`, `…Mul`, `…Div` | `[m,n]×[m]→[m,n]`: row i with v\[i\] | mn |
+//!
+//! # Softmax and normalization across blocks
+//!
+//! A row-wise reduction of a matrix cut into `[I, J]` blocks is a per-block
+//! kernel and an aggregation over the column-block key: the row maxima are
+//! `aggregate(max, [0], transform(rowMax, X))` (`rowMax` distributes over
+//! `max`, so R1-4 may move it), the row sums the same with `rowSum` and
+//! `matAdd`. The broadcast back is a join on the row-block key with a
+//! `matColVec…` kernel: softmax is `E = exp ∘ (X matColVecSub M)`, then
+//! `E matColVecDiv rowsums(E)`; layer normalization divides the centred rows
+//! by `sqrt ∘ shift(ε)` of the mean square. `exp`, `log` and `sqrt`
+//! distribute over no kernel, so no rule moves them through a sum.
 //!
 //! # Arg-min across blocks
 //!

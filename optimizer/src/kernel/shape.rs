@@ -65,13 +65,15 @@ fn named_shape(label: &str, k: Kernel, inputs: &[&[usize]]) -> Result<(Vec<usize
             matrices("the operand")?;
             Ok((vec![inputs[0][1], inputs[0][0]], 1))
         }
-        Kernel::MatVec => {
+        Kernel::MatVec | Kernel::MatColVec => {
             let (a, b) = (inputs[0], inputs[1]);
             if a.len() != 2 || b.len() != 1 {
                 return bad(format!("operands must be a matrix and a vector, got {} and {}", show(a), show(b)));
             }
-            if a[1] != b[0] {
-                return bad(format!("vector length differs from the row length: {} and {}", show(a), show(b)));
+            // A row vector runs along a row, a column vector along a column.
+            let (axis, what) = if k == Kernel::MatVec { (1, "row length") } else { (0, "row count") };
+            if a[axis] != b[0] {
+                return bad(format!("vector length differs from the {what}: {} and {}", show(a), show(b)));
             }
             Ok((a.to_vec(), 1))
         }
@@ -136,7 +138,7 @@ fn named_flops(k: Kernel, inputs: &[&[usize]]) -> u64 {
             .saturating_mul(d(0, 1))
             .saturating_mul(if matches!(k, Kernel::MatMulTN) { d(1, 1) } else { d(1, 0) }),
         Kernel::Elementwise2(per) | Kernel::Elementwise1(per) => per.saturating_mul(count(inputs[0])),
-        Kernel::MatVec | Kernel::MinIndex => count(inputs[0]),
+        Kernel::MatVec | Kernel::MatColVec | Kernel::MinIndex => count(inputs[0]),
         Kernel::RowSum => d(0, 0).saturating_mul(d(0, 1).saturating_sub(1)),
         Kernel::ColSum => d(0, 0).saturating_sub(1).saturating_mul(d(0, 1)),
         Kernel::MinPair | Kernel::OffsetIndex => d(0, 0),

@@ -315,3 +315,35 @@ fn einsum_kernel() {
     assert_eq!(spec.kernel(), k("einSum(ij_jk_ik)"));
     assert_eq!(EinSumSpec::parse("_i_i").unwrap().to_string(), "_i_i");
 }
+
+#[test]
+fn nonlinear_kernels_shapes_flops_and_facts() {
+    let sh = |s: &str, i: &[&[usize]]| k(s).output_shape(i).unwrap();
+    let f = |s: &str, i: &[&[usize]]| k(s).flops(i);
+    assert_eq!(sh("exp", &[&[2, 3, 4]]), vec![2, 3, 4]);
+    assert_eq!(sh("shift(1e-5)", &[&[3]]), vec![3]);
+    assert_eq!(sh("elemDiv", &[&[3, 5], &[3, 5]]), vec![3, 5]);
+    assert_eq!(sh("rowMax", &[&[3, 5]]), vec![3]);
+    assert_eq!(sh("colMax", &[&[3, 5]]), vec![5]);
+    assert_eq!(sh("matVecDiv", &[&[3, 5], &[5]]), vec![3, 5]);
+    assert_eq!(sh("matColVecSub", &[&[3, 5], &[3]]), vec![3, 5]);
+    assert_eq!(f("exp", &[&[4, 3]]), 12);
+    assert_eq!(f("elemDiv", &[&[4, 3], &[4, 3]]), 12);
+    assert_eq!(f("rowMax", &[&[4, 3]]), 8);
+    assert_eq!(f("colMax", &[&[4, 3]]), 9);
+    assert_eq!(f("matColVecDiv", &[&[4, 3], &[4]]), 12);
+    let err = k("matColVecDiv").output_shape(&[&[3, 5], &[5]]).unwrap_err().to_string();
+    assert!(err.contains("matColVecDiv") && err.contains("row count") && err.contains("[3, 5]"), "{err}");
+    let err = k("elemDiv").output_shape(&[&[3, 5], &[5, 3]]).unwrap_err().to_string();
+    assert!(err.contains("elemDiv") && err.contains("[5, 3]"), "{err}");
+    assert!(matches!(k("shift").check(), Err(KernelError::BadUse(_))));
+    // The facts the rules rely on: only rowMax/colMax over max distribute;
+    // exp is not linear; none of the block aggregates.
+    for name in ["exp", "log", "sqrt", "shift(1)", "elemDiv", "rowMax", "colMax", "matVecDiv", "matColVecSub"] {
+        assert!(!k(name).is_assoc_comm(), "{name}");
+        assert!(!k(name).distributes_over(&k("matAdd")), "{name}");
+    }
+    assert!(k("rowMax").distributes_over(&k("max")) && k("colMax").distributes_over(&k("max")));
+    assert!(!k("rowMax").distributes_over(&k("min")));
+    assert!(k("exp").is_elementwise() && k("elemDiv").is_elementwise() && !k("rowMax").is_elementwise());
+}

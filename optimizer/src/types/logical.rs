@@ -86,11 +86,12 @@ pub fn input(decl: &InputDecl) -> TResult<RelType> {
     }
     let mut array_bounds = Vec::with_capacity(decl.array_bounds.len());
     for (i, &b) in decl.array_bounds.iter().enumerate() {
-        if b <= 0 {
+        // 0 is an empty axis: every block is empty (numpy's zero-size arrays).
+        if b < 0 {
             return Err(TypeError::new(
                 ErrorCode::BadBounds,
                 Some("array_bounds"),
-                format!("array bound {i} is {b}: array bounds must be positive"),
+                format!("array bound {i} is {b}: array bounds must not be negative"),
             ));
         }
         array_bounds.push(b as usize);
@@ -138,12 +139,21 @@ pub fn join(l: &RelType, r: &RelType, lk: &[usize], rk: &[usize], kernel: &Kerne
     }
     check_dims(lk, l.key_arity(), "left_keys", "left key")?;
     check_dims(rk, r.key_arity(), "right_keys", "right key")?;
+    // Two complete relations must agree on the joined bounds (anything else
+    // is a mistake). A relation with holes (a filter's result, a mask) joins
+    // anything: the join is an inner join on keys, missing keys match
+    // nothing, and the frontier below is that of the keys that do match.
+    let complete = l.keys == KeySet::Dense && r.keys == KeySet::Dense;
     for (&a, &b) in lk.iter().zip(rk) {
-        if l.frontier[a] != r.frontier[b] {
+        if complete && l.frontier[a] != r.frontier[b] {
             return Err(TypeError::new(
                 ErrorCode::BoundsMismatch,
                 Some("right_keys"),
-                format!("left key dim {a} has bound {}, right key dim {b} has bound {}", l.frontier[a], r.frontier[b]),
+                format!(
+                    "left key dim {a} has bound {}, right key dim {b} has bound {} (both relations are complete; \
+                     only a relation with holes, such as a mask, joins one of other bounds)",
+                    l.frontier[a], r.frontier[b]
+                ),
             ));
         }
     }
@@ -376,6 +386,13 @@ pub fn tile_as_map(x: &RelType, dim: usize, size: usize) -> TResult<(KeyFn, Kern
             ErrorCode::BadField,
             Some("size"),
             format!("tile size {size} does not divide array dim {dim} of bound {}", x.array_bounds[dim]),
+        ));
+    }
+    if x.array_bounds[dim] == 0 {
+        return Err(TypeError::new(
+            ErrorCode::BadField,
+            Some("dim"),
+            format!("array dim {dim} is empty (bound 0): there are no pieces to tile it into"),
         ));
     }
     let pieces = (x.array_bounds[dim] / size) as u32;

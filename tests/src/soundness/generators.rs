@@ -418,7 +418,7 @@ impl<'r> B<'r> {
     fn unary(&mut self, block: &[usize]) -> String {
         let mut choices: Vec<&str> = SAME_SHAPE.to_vec();
         if block.len() == 2 {
-            choices.extend(["transpose", "rowSum", "colSum"]);
+            choices.extend(["transpose", "rowSum", "colSum", "rowMax", "colMax"]);
             if block[0] == block[1] {
                 choices.push("diag");
             }
@@ -654,12 +654,17 @@ fn map_over_agg(b: &mut B, square: bool) -> (String, &'static str) {
         ("relu", "min"),
         ("transpose", "matAdd"),
         ("transpose", "max"),
+        ("rowMax", "max"),
+        ("colMax", "max"),
         // Not distributive: the rule must not fire.
         ("relu", "matAdd"),
         ("neg", "max"),
         ("sigmoid", "matAdd"),
         ("relu", "elemMul"),
         ("neg", "min"),
+        ("exp", "matAdd"),
+        ("rowMax", "matAdd"),
+        ("colMax", "min"),
     ];
     if square {
         pairs.extend([("diag", "matAdd"), ("diag", "elemMul"), ("diag", "min")]);

@@ -22,6 +22,14 @@ pub enum Unary {
     Neg,
     /// `c · x`.
     Scale(f64),
+    /// `e^x`.
+    Exp,
+    /// `ln x`.
+    Log,
+    /// `√x`.
+    Sqrt,
+    /// `x + c`.
+    Shift(f64),
 }
 
 /// A binary elementwise operation.
@@ -41,6 +49,8 @@ pub enum Binary {
     ReluGrad,
     /// `w - lr · g` for `(w, g)`.
     Sgd(f64),
+    /// `a / b`.
+    Div,
 }
 
 /// The first operation of an elementwise program.
@@ -97,11 +107,15 @@ fn un<T: Elem>(u: Unary, x: T) -> T {
         Unary::Sigmoid => T::ONE / (T::ONE + (-x).exp()),
         Unary::Neg => -x,
         Unary::Scale(c) => T::from_f64(c) * x,
+        Unary::Exp => x.exp(),
+        Unary::Log => x.ln(),
+        Unary::Sqrt => x.sqrt(),
+        Unary::Shift(c) => x + T::from_f64(c),
     }
 }
 
 #[inline(always)]
-fn bin<T: Elem>(op: Binary, a: T, b: T) -> T {
+pub(super) fn bin<T: Elem>(op: Binary, a: T, b: T) -> T {
     match op {
         Binary::Add => a + b,
         Binary::Sub => a - b,
@@ -116,6 +130,7 @@ fn bin<T: Elem>(op: Binary, a: T, b: T) -> T {
             }
         }
         Binary::Sgd(lr) => a - T::from_f64(lr) * b,
+        Binary::Div => a / b,
     }
 }
 
@@ -137,6 +152,11 @@ pub fn ew_prog(kernel: &KernelRef) -> Option<EwProg> {
                 "sigmoid" => First::Unary(Unary::Sigmoid),
                 "neg" => First::Unary(Unary::Neg),
                 "scale" => First::Unary(Unary::Scale(arg(0)?)),
+                "exp" => First::Unary(Unary::Exp),
+                "log" => First::Unary(Unary::Log),
+                "sqrt" => First::Unary(Unary::Sqrt),
+                "shift" => First::Unary(Unary::Shift(arg(0)?)),
+                "elemDiv" => First::Binary(Binary::Div),
                 _ => return None,
             };
             Some(EwProg { first, chain: Vec::new() })
@@ -166,6 +186,9 @@ fn unary_into<T: Elem>(u: Unary, o: &mut [T], a: &[T]) {
             let c = T::from_f64(c);
             o.iter_mut().zip(a).for_each(|(o, &x)| *o = c * x)
         }
+        u @ (Unary::Exp | Unary::Log | Unary::Sqrt | Unary::Shift(_)) => {
+            o.iter_mut().zip(a).for_each(|(o, &x)| *o = un(u, x))
+        }
     }
 }
 
@@ -180,6 +203,7 @@ pub(super) fn unary_inplace<T: Elem>(u: Unary, o: &mut [T]) {
             let c = T::from_f64(c);
             o.iter_mut().for_each(|x| *x = c * *x)
         }
+        u @ (Unary::Exp | Unary::Log | Unary::Sqrt | Unary::Shift(_)) => o.iter_mut().for_each(|x| *x = un(u, *x)),
     }
 }
 
@@ -197,6 +221,7 @@ pub(super) fn binary_into<T: Elem>(op: Binary, o: &mut [T], a: &[T], b: &[T]) {
             let lr = T::from_f64(lr);
             it.for_each(|(o, (&x, &y))| *o = x - lr * y)
         }
+        Binary::Div => it.for_each(|(o, (&x, &y))| *o = x / y),
     }
 }
 
@@ -215,6 +240,7 @@ fn binary_acc<T: Elem>(op: Binary, o: &mut [T], b: &[T]) {
             let lr = T::from_f64(lr);
             it.for_each(|(o, &y)| *o = *o - lr * y)
         }
+        Binary::Div => it.for_each(|(o, &y)| *o = *o / y),
     }
 }
 

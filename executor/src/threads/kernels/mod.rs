@@ -50,8 +50,12 @@ enum Sel {
 enum Named {
     RowSum,
     ColSum,
-    MatVecAdd,
-    MatVecSub,
+    RowMax,
+    ColMax,
+    /// A row vector `[n]` combined with every row of `[m,n]`.
+    MatVec(Binary),
+    /// A column vector `[m]` combined with every column of `[m,n]`.
+    MatColVec(Binary),
     MinIndex,
     MinPair,
     OffsetIndex,
@@ -111,8 +115,16 @@ fn compile(k: &KernelRef) -> Compiled {
             Compiled::Named(match name.as_str() {
                 "rowSum" => Named::RowSum,
                 "colSum" => Named::ColSum,
-                "matVecAdd" => Named::MatVecAdd,
-                "matVecSub" => Named::MatVecSub,
+                "rowMax" => Named::RowMax,
+                "colMax" => Named::ColMax,
+                "matVecAdd" => Named::MatVec(Binary::Add),
+                "matVecSub" => Named::MatVec(Binary::Sub),
+                "matVecMul" => Named::MatVec(Binary::Mul),
+                "matVecDiv" => Named::MatVec(Binary::Div),
+                "matColVecAdd" => Named::MatColVec(Binary::Add),
+                "matColVecSub" => Named::MatColVec(Binary::Sub),
+                "matColVecMul" => Named::MatColVec(Binary::Mul),
+                "matColVecDiv" => Named::MatColVec(Binary::Div),
                 "minIndex" => Named::MinIndex,
                 "minPair" => Named::MinPair,
                 "offsetIndex" => Named::OffsetIndex,
@@ -304,8 +316,9 @@ impl FastKernel {
         let rank = |i: usize| inputs.get(i).map_or(0, |b| b.shape().len());
         let pairs = |i: usize| rank(i) == 2 && inputs[i].shape()[1] == 2;
         let handled = match n {
-            Named::RowSum | Named::ColSum => rank(0) == 2,
-            Named::MatVecAdd | Named::MatVecSub => rank(0) == 2 && rank(1) == 1 && inputs[1].shape()[0] == a.shape()[1],
+            Named::RowSum | Named::ColSum | Named::RowMax | Named::ColMax => rank(0) == 2,
+            Named::MatVec(_) => rank(0) == 2 && rank(1) == 1 && inputs[1].shape()[0] == a.shape()[1],
+            Named::MatColVec(_) => rank(0) == 2 && rank(1) == 1 && inputs[1].shape()[0] == a.shape()[0],
             Named::MinIndex => (rank(0) == 2 || rank(0) == 1) && !a.is_empty(),
             Named::MinPair => pairs(0) && pairs(1) && inputs[1].shape() == a.shape(),
             Named::OffsetIndex => pairs(0),
@@ -335,10 +348,36 @@ impl FastKernel {
                     accumulate(Binary::Add, o, &x[i * cols..(i + 1) * cols]);
                 }
             }
-            Named::MatVecAdd | Named::MatVecSub => {
+            Named::RowMax => {
+                let (m, cols) = (a.shape()[0], a.shape()[1]);
+                let o = out.as_mut().unwrap().as_mut_slice();
+                let neg_inf = T::from_f64(f64::NEG_INFINITY);
+                for i in 0..m {
+                    o[i] = x[i * cols..(i + 1) * cols].iter().fold(neg_inf, |s, &v| s.fmax(v));
+                }
+            }
+            Named::ColMax => {
+                let (m, cols) = (a.shape()[0], a.shape()[1]);
+                let o = out.as_mut().unwrap().as_mut_slice();
+                o.fill(T::from_f64(f64::NEG_INFINITY));
+                for i in 0..m {
+                    accumulate(Binary::Max, o, &x[i * cols..(i + 1) * cols]);
+                }
+            }
+            Named::MatColVec(op) => {
+                let v = inputs[1].as_slice();
+                let cols = a.shape()[1];
+                let o = out.as_mut().unwrap().as_mut_slice();
+                if cols > 0 {
+                    for ((orow, xrow), &vi) in o.chunks_mut(cols).zip(x.chunks(cols)).zip(v) {
+                        orow.iter_mut().zip(xrow).for_each(|(o, &xv)| *o = elementwise::bin(*op, xv, vi));
+                    }
+                }
+            }
+            Named::MatVec(op) => {
                 let v = inputs[1].as_slice();
                 let cols = v.len();
-                let op = if *n == Named::MatVecAdd { Binary::Add } else { Binary::Sub };
+                let op = *op;
                 let o = out.as_mut().unwrap().as_mut_slice();
                 if cols > 0 {
                     for (orow, xrow) in o.chunks_mut(cols).zip(x.chunks(cols)) {
