@@ -59,6 +59,13 @@ impl NodeCosts {
     }
 }
 
+impl NodeCosts {
+    /// Node costs computed elsewhere (the time model's stage costs).
+    pub fn from_costs(costs: Vec<(Id, Ia, Cost)>) -> NodeCosts {
+        NodeCosts(costs)
+    }
+}
+
 /// [`choose`] with the node costs given.
 pub fn choose_among(eg: &TraEGraph, costs: &NodeCosts, allow: &dyn Fn(&TraEGraph, Id, &Ia) -> bool) -> Choice {
     let mut best: HashMap<Id, (Ia, CostSet, Cost)> = HashMap::default();

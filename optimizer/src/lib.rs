@@ -21,6 +21,7 @@ pub mod placement;
 pub mod program;
 pub mod rule;
 pub mod rule_failure;
+pub mod stage_cost;
 pub mod time;
 pub mod types;
 

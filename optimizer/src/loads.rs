@@ -85,9 +85,9 @@ pub type OpLoads = Vec<SiteLoad>;
 
 /// A value's layout and the per-site loads of the operator that made it.
 #[derive(Debug)]
-struct Evaluated {
-    layout: Arc<Layout>,
-    loads: Arc<OpLoads>,
+pub(crate) struct Evaluated {
+    pub(crate) layout: Arc<Layout>,
+    pub(crate) loads: Arc<OpLoads>,
 }
 
 /// Why per-site loads could not be found (a plan that does not check, or a
@@ -156,7 +156,12 @@ impl LoadCache {
         Ok(out)
     }
 
-    fn input_layout(&self, name: &str, placement: &PlacementDecl, t: &PhysType) -> Result<Layout, LoadError> {
+    pub(crate) fn input_layout(
+        &self,
+        name: &str,
+        placement: &PlacementDecl,
+        t: &PhysType,
+    ) -> Result<Layout, LoadError> {
         let keys = t.rel.key_list().map_err(|e| LoadError { node: name.to_string(), message: e.message })?;
         let s = self.sites;
         Ok(keys
@@ -174,7 +179,7 @@ impl LoadCache {
             .collect())
     }
 
-    fn eval_op(
+    pub(crate) fn eval_op(
         &self,
         node: &str,
         op: &IaOp,
@@ -227,15 +232,18 @@ impl LoadCache {
             }
             IaOp::LocalJoin { left, right, left_keys, right_keys, kernel } => {
                 let per = kernel.flops(&[&ty(left).rel.array_bounds, &ty(right).rel.array_bounds]);
-                let project = |k: &Key, dims: &[usize]| -> Option<Key> { dims.iter().map(|&d| k.get(d).copied()).collect() };
+                let project =
+                    |k: &Key, dims: &[usize]| -> Option<Key> { dims.iter().map(|&d| k.get(d).copied()).collect() };
                 let mut index: HashMap<Key, Vec<(&Key, u32)>> = HashMap::new();
                 for (k, site) in args[1].layout.iter() {
-                    let jk = project(k, right_keys).ok_or_else(|| err(format!("right key {k:?} has no dims {right_keys:?}")))?;
+                    let jk = project(k, right_keys)
+                        .ok_or_else(|| err(format!("right key {k:?} has no dims {right_keys:?}")))?;
                     index.entry(jk).or_default().push((k, *site));
                 }
                 let mut out = Vec::new();
                 for (lk, ls) in args[0].layout.iter() {
-                    let jk = project(lk, left_keys).ok_or_else(|| err(format!("left key {lk:?} has no dims {left_keys:?}")))?;
+                    let jk = project(lk, left_keys)
+                        .ok_or_else(|| err(format!("left key {lk:?} has no dims {left_keys:?}")))?;
                     for (rk, rs) in index.get(&jk).map(Vec::as_slice).unwrap_or(&[]) {
                         let site = match (*ls, *rs) {
                             (a, b) if a == b => a,

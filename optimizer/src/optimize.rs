@@ -13,11 +13,11 @@ use crate::egraph::{
 };
 use crate::error::{ErrorCode, ProgramError};
 use crate::extract::{choose_among, plan_cost, NoPlan, NodeCosts};
+use crate::loads::{total_per_site, LoadCache, SiteLoad};
 use crate::program::{IaOp, Plan, Program};
 use crate::rule::RuleDef;
 use crate::rule_failure::{self, catch_panic, AttemptError, RuleFailure};
 pub use crate::rule_failure::{OnRuleFailure, Warning};
-use crate::loads::{total_per_site, LoadCache, SiteLoad};
 use crate::time::{plan_seconds, Bottleneck, CostModel, Profile};
 use crate::types::Placement;
 use egg::{Id, Language, Runner, StopReason};
@@ -357,18 +357,31 @@ fn attempt(
     ];
     // Under `time`, extraction runs under several additive weightings (see
     // `candidate_weights`) and every distinct plan it gives is scored exactly.
-    let weightings = candidate_weights(cluster.cost_model, w, &cluster.profile());
+    let mut cost_sets: Vec<NodeCosts> = Vec::new();
+    if cluster.cost_model == CostModel::Time {
+        match crate::stage_cost::stage_costs(&eg, &cluster.profile()) {
+            Some(c) => cost_sets.push(c),
+            None => {
+                return Err(AttemptError::Error(OptimizeError::Limit(format!(
+                    "{} during extraction",
+                    crate::deadline::reason()
+                ))))
+            }
+        }
+    }
+    for weights in candidate_weights(cluster.cost_model, w, &cluster.profile()) {
+        cost_sets.push(NodeCosts::new(&eg, weights));
+    }
     let mut scorer = Scorer::new(cluster.sites, cluster.profile());
     let mut alternatives: Vec<(Alternative, ExtractedPlan)> = Vec::new();
     let mut seen: Vec<Plan> = Vec::new();
-    for (wi, weights) in weightings.iter().enumerate() {
-        let costs = NodeCosts::new(&eg, *weights);
+    for (wi, costs) in cost_sets.iter().enumerate() {
         for allowed in restrictions {
             let allow = |eg: &TraEGraph, _c: Id, n: &Ia| match join_strategy(eg, n) {
                 Some(s) => allowed.is_empty() || allowed.contains(&s),
                 None => true,
             };
-            let choice = choose_among(&eg, &costs, &allow);
+            let choice = choose_among(&eg, costs, &allow);
             if crate::deadline::expired() {
                 return Err(AttemptError::Error(OptimizeError::Limit(format!(
                     "{} during extraction",
@@ -391,7 +404,8 @@ fn attempt(
             seen.push(plan.clone());
             let strategy = strategy_of(&eg, &extracted);
             let net = plan_cost(&eg, &extracted, w);
-            let (seconds, bottleneck) = scorer.seconds(&plan).map_err(|e| AttemptError::Error(OptimizeError::Internal(e)))?;
+            let (seconds, bottleneck) =
+                scorer.seconds(&plan).map_err(|e| AttemptError::Error(OptimizeError::Internal(e)))?;
             let total = match cluster.cost_model {
                 CostModel::Network => net.total,
                 CostModel::Time => seconds,
@@ -437,20 +451,22 @@ fn attempt(
 
 /// The additive weightings extraction runs under. Under `network`, the
 /// request's own weights only (the paper's model, unchanged). Under `time`,
-/// the time model is not a sum over operators (each stage is a max over
-/// sites), so extraction gathers candidates under three sums that bracket
-/// it: network floats alone, each float and flop priced at one site's link
-/// and processor speed (the time of the plan if every stage were perfectly
-/// spread), and flops alone; each restriction to one join strategy adds the
-/// best plan of that strategy under each sum. Every distinct candidate is
-/// then scored exactly ([`crate::time`]), and the least predicted time wins.
+/// extraction first runs under the e-nodes' stage times
+/// ([`crate::stage_cost`]), then, for more candidates, under two sums:
+/// each float and flop priced at one site's link and processor speed (the
+/// plan's time if every stage were perfectly spread) and network floats
+/// alone. Each restriction to one join strategy adds the best plan of that
+/// strategy under each. Every distinct candidate is then scored exactly
+/// ([`crate::time`]), and the least predicted time wins.
 fn candidate_weights(model: CostModel, w: Weights, p: &Profile) -> Vec<Weights> {
     match model {
         CostModel::Network => vec![w],
         CostModel::Time => vec![
-            Weights { network: p.bytes_per_float as f64 / p.link_bytes_per_second, compute: 1.0 / p.site_flops_per_second },
+            Weights {
+                network: p.bytes_per_float as f64 / p.link_bytes_per_second,
+                compute: 1.0 / p.site_flops_per_second,
+            },
             Weights { network: 1.0, compute: 0.0 },
-            Weights { network: 0.0, compute: 1.0 },
         ],
     }
 }
@@ -470,7 +486,8 @@ impl Scorer {
     }
 
     fn loads(&mut self, plan: &Plan) -> Result<IndexMap<String, std::sync::Arc<crate::loads::OpLoads>>, String> {
-        let typed = crate::check::check_plan(plan, self.sites).map_err(|e| format!("an extracted plan does not check: {e}"))?;
+        let typed =
+            crate::check::check_plan(plan, self.sites).map_err(|e| format!("an extracted plan does not check: {e}"))?;
         self.cache.plan_loads(plan, &typed).map_err(|e| e.to_string())
     }
 
