@@ -4,6 +4,7 @@
 
 pub mod bench;
 pub mod cluster;
+pub mod cost_model;
 pub mod einsum;
 pub mod examples;
 pub mod run;

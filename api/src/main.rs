@@ -84,6 +84,9 @@ enum Command {
         /// instead of optimizing again without it (and warning).
         #[arg(long)]
         strict: bool,
+        /// The cost model and the cluster profile.
+        #[command(flatten)]
+        cost: tra_api::cost_model::CostModelArgs,
     },
     // The help text is `ServeArgs`'s: the limits and how they apply.
     Serve(tra_api::server::flags::ServeArgs),
@@ -181,11 +184,11 @@ fn load(file: &str) -> Result<Program, String> {
 
 fn run(cli: Cli) -> Result<(), String> {
     match cli.command {
-        Command::Optimize { file, format, sites, max_nodes, max_ms, strict } => {
+        Command::Optimize { file, format, sites, max_nodes, max_ms, strict, cost } => {
             let limits =
                 Limits { nodes: max_nodes, time: std::time::Duration::from_millis(max_ms), ..Limits::default() };
             let on_failure = if strict { OnRuleFailure::Fail } else { OnRuleFailure::Retry };
-            optimize_cmd(&file, format, sites, limits, on_failure)
+            optimize_cmd(&file, format, sites, &cost, limits, on_failure)
         }
         Command::Rules { format } => rules_cmd(format),
         Command::Run { run, cluster, format } => {
@@ -288,6 +291,7 @@ fn optimize_cmd(
     file: &str,
     format: OptimizeFormat,
     sites: Option<usize>,
+    cost: &tra_api::cost_model::CostModelArgs,
     limits: Limits,
     on_failure: OnRuleFailure,
 ) -> Result<(), String> {
@@ -295,6 +299,7 @@ fn optimize_cmd(
     if let Some(s) = sites {
         p.cluster = Some(Cluster { sites: s, ..p.cluster() });
     }
+    cost.apply(&mut p)?;
     let rules = tra_rules::all();
     let answer = optimize_with(&p, &rules, &limits, on_failure).map_err(|e| match e {
         OptimizeError::Program(e) => report(&e),
@@ -327,13 +332,13 @@ fn optimize_cmd(
             }
             println!();
             println!(
-                "cost: {} network floats, {} flops, total {}",
-                answer.cost.network_floats, answer.cost.flops, answer.cost.total
+                "cost: {} network floats, {} flops, total {}, predicted {:.4} s",
+                answer.cost.network_floats, answer.cost.flops, answer.cost.total, answer.cost.seconds
             );
             println!("rules applied: {}", answer.rules_applied.join(", "));
             println!("alternatives:");
             for a in &answer.alternatives {
-                println!("  {:>16} network floats  {}", a.cost.network_floats, a.label);
+                println!("  {:>16} network floats  {:>10.4} s  {}", a.cost.network_floats, a.cost.seconds, a.label);
             }
             let st = &answer.stats;
             println!(
