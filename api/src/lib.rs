@@ -3,6 +3,7 @@
 #![recursion_limit = "256"]
 
 pub mod bench;
+pub mod calibrate;
 pub mod cluster;
 pub mod cost_model;
 pub mod einsum;

@@ -132,6 +132,18 @@ enum Command {
     Cluster(tra_api::cluster::ClusterCommand),
     /// Write a new cluster secret to a file (mode 600).
     Secret(tra_api::cluster::SecretArgs),
+    /// Measure this machine's speeds for the time cost model (GEMM flops/s
+    /// per site with the executor's kernels, bytes/s per link with timely
+    /// exchanges, the latency of an exchange) on `--processes N` timely
+    /// processes over loopback, and print the `profile` JSON (`tra serve
+    /// --profile FILE`, `tra optimize --profile FILE`). Takes a few seconds.
+    Calibrate {
+        #[command(flatten)]
+        args: tra_api::calibrate::CalibrateArgs,
+        /// Also print the per-site rates and the time taken (to standard error).
+        #[arg(long)]
+        verbose: bool,
+    },
     /// Compile an einsum expression to TRA, optimize it, run it on dense .npy
     /// operands and write the dense result (numpy's shape, float64).
     ///
@@ -172,7 +184,7 @@ fn print_report(json: &str, format: ReportFormat, summarize: fn(&serde_json::Val
 fn writes_only_to_stdout(c: &Command) -> bool {
     match c {
         Command::Check { .. } | Command::Compile { .. } | Command::Optimize { .. } | Command::Rules { .. } => true,
-        Command::Bench { .. } | Command::Einsum { .. } => true,
+        Command::Bench { .. } | Command::Einsum { .. } | Command::Calibrate { .. } => true,
         Command::Run { cluster, .. } => !cluster.active(),
         Command::Serve(_) | Command::Worker(_) | Command::Cluster(_) | Command::Secret(_) => false,
     }
@@ -208,6 +220,14 @@ fn run(cli: Cli) -> Result<(), String> {
         }
         Command::Secret(args) => {
             println!("{}", tra_api::cluster::secret_command(args)?);
+            Ok(())
+        }
+        Command::Calibrate { args, verbose } => {
+            let c = tra_api::calibrate::calibrate(&args)?;
+            if verbose {
+                eprintln!("per-site GEMM flops/s: {:?}; calibration took {:.1} s", c.site_flops_per_second, c.seconds);
+            }
+            println!("{}", serde_json::to_string_pretty(&c.profile).expect("JSON"));
             Ok(())
         }
         Command::Einsum { args, format } => {
