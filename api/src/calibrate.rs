@@ -8,7 +8,7 @@
 //!   a few per site. Each site's flops are known exactly
 //!   ([`tra_optimizer::loads`]); its rate is those flops over the time the
 //!   site spent in the operator, and the profile takes the median site.
-//! - **Link**: a shuffle of 64 KiB blocks from a round-robin layout to a
+//! - **Link**: a shuffle of 64 KiB blocks (16 MiB per site) from a round-robin layout to a
 //!   hash layout (all-to-all). The bytes that crossed between processes over
 //!   the time from the first sent to the last received, per process, is one
 //!   site's link rate.
@@ -105,7 +105,7 @@ pub fn calibrate(args: &CalibrateArgs) -> Result<Calibration, String> {
     let site_flops = median(&best_rates);
 
     // Link bandwidth.
-    let blocks = 64 * n;
+    let blocks = 256 * n;
     let shuffle = plan(serde_json::json!({
         "inputs": {"X": {"key_bounds": [blocks], "array_bounds": [16384]}},
         "nodes": {"S": {"op": "shuffle", "input": "X", "dims": [0]}},
