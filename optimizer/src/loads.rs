@@ -352,3 +352,54 @@ pub fn total_per_site(loads: &IndexMap<String, Arc<OpLoads>>, sites: usize) -> V
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::check::check_plan;
+
+    fn loads_of(plan: &str, sites: usize) -> IndexMap<String, Arc<OpLoads>> {
+        let plan = Plan::from_json(plan).unwrap();
+        let typed = check_plan(&plan, sites).unwrap();
+        plan_loads(&plan, &typed, sites, 4).unwrap()
+    }
+
+    #[test]
+    fn a_broadcast_from_one_site_loads_its_uplink_with_every_copy() {
+        // Every tuple of X on one site (hash on no dims): that site sends
+        // each block to the 3 others; each other site receives all of X.
+        let l = loads_of(
+            r#"{"inputs": {"X": {"key_bounds": [5], "array_bounds": [2, 3], "placement": {"hash": []}}},
+                "nodes": {"B": {"op": "broadcast", "input": "X"}}, "outputs": ["B"]}"#,
+            4,
+        );
+        let src = crate::placement::site_of(&[0], &[], 4);
+        let bytes = 5 * 6 * 4;
+        for (s, load) in l["B"].iter().enumerate() {
+            if s == src {
+                assert_eq!((load.bytes_out, load.bytes_in), (3 * bytes, 0));
+            } else {
+                assert_eq!((load.bytes_out, load.bytes_in), (0, bytes));
+            }
+        }
+    }
+
+    #[test]
+    fn a_shuffle_onto_the_same_placement_moves_nothing_and_a_join_computes_where_its_tuples_are() {
+        let l = loads_of(
+            r#"{"inputs": {"X": {"key_bounds": [6], "array_bounds": [2, 2], "placement": {"hash": [0]}},
+                           "Y": {"key_bounds": [6], "array_bounds": [2, 2], "placement": {"hash": [0]}}},
+                "nodes": {"S": {"op": "shuffle", "input": "X", "dims": [0]},
+                          "J": {"op": "local_join", "left": "S", "right": "Y", "left_keys": [0], "right_keys": [0],
+                                "kernel": "matMul"}},
+                "outputs": ["J"]}"#,
+            3,
+        );
+        assert!(l["S"].iter().all(|x| x.bytes_in == 0 && x.bytes_out == 0));
+        let mut per_site = [0u64; 3];
+        for k in 0..6u32 {
+            per_site[crate::placement::site_of(&[k], &[0], 3)] += 16; // 2·2³ flops per matMul
+        }
+        assert_eq!(l["J"].iter().map(|x| x.flops).collect::<Vec<_>>(), per_site.to_vec());
+    }
+}

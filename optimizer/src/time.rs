@@ -188,3 +188,57 @@ pub fn plan_seconds(
     }
     (total, worst)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load(bytes_out: u64, bytes_in: u64, flops: u64) -> SiteLoad {
+        SiteLoad { bytes_out, bytes_in, flops }
+    }
+
+    #[test]
+    fn the_busiest_site_bounds_a_stage() {
+        let p = Profile {
+            link_bytes_per_second: 100.0,
+            site_flops_per_second: 10.0,
+            latency_seconds: 0.5,
+            bytes_per_float: 4,
+        };
+        // An exchange: site 1 receives 300 bytes (3 s), site 0 sends 200 (2 s).
+        let (t, site, r) = stage_seconds(true, &[load(200, 0, 0), load(0, 300, 0)], &p);
+        assert_eq!((t, site, r), (3.5, 1, Resource::LinkIn));
+        // Local: flops on site 2 only; the others idle.
+        let (t, site, r) = stage_seconds(false, &[load(0, 0, 0), load(0, 0, 10), load(0, 0, 40)], &p);
+        assert_eq!((t, site, r), (4.0, 2, Resource::Compute));
+    }
+
+    #[test]
+    fn a_plan_is_the_sum_of_its_stages_and_names_the_longest() {
+        let p = Profile {
+            link_bytes_per_second: 100.0,
+            site_flops_per_second: 10.0,
+            latency_seconds: 0.0,
+            bytes_per_float: 4,
+        };
+        let mut loads = IndexMap::new();
+        loads.insert("s".to_string(), Arc::new(vec![load(100, 0, 0), load(0, 100, 0)]));
+        loads.insert("j".to_string(), Arc::new(vec![load(0, 0, 20), load(0, 0, 30)]));
+        let (t, b) = plan_seconds(&loads, &|n| n == "s", &p);
+        assert_eq!(t, 4.0);
+        let b = b.unwrap();
+        assert_eq!((b.node.as_str(), b.site, b.resource, b.seconds), ("j", 1, Resource::Compute, 3.0));
+        assert_eq!(plan_seconds(&IndexMap::new(), &|_| false, &p), (0.0, None));
+    }
+
+    #[test]
+    fn a_profile_that_cannot_be_a_cluster_is_refused_by_field() {
+        assert!(Profile::default().check().is_ok());
+        let bad = Profile { link_bytes_per_second: 0.0, ..Profile::default() };
+        assert_eq!(bad.check().unwrap_err().0, "link_bytes_per_second");
+        let bad = Profile { latency_seconds: f64::NAN, ..Profile::default() };
+        assert_eq!(bad.check().unwrap_err().0, "latency_seconds");
+        let bad = Profile { bytes_per_float: 0, ..Profile::default() };
+        assert_eq!(bad.check().unwrap_err().0, "bytes_per_float");
+    }
+}
