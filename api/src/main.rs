@@ -7,6 +7,7 @@ use tra_optimizer::check::{check_plan, check_program};
 use tra_optimizer::compile::compile;
 use tra_optimizer::cost::{plan_report, Weights};
 use tra_optimizer::optimize::{optimize_with, Limits, OnRuleFailure, OptimizeError};
+use tra_optimizer::time::CostModel;
 use tra_optimizer::{Cluster, Program};
 
 #[derive(Parser)]
@@ -104,6 +105,9 @@ enum Command {
         /// Only the workloads whose name contains this.
         #[arg(long)]
         only: Option<String>,
+        /// The cost model every workload is optimized under.
+        #[arg(long, value_parser = ["network", "time"], default_value = "network")]
+        cost_model: String,
     },
     /// Optimize a program and run it on worker threads, or across processes
     /// with `--processes N` or `--hosts FILE`, reading and writing `.npy` files.
@@ -234,8 +238,9 @@ fn run(cli: Cli) -> Result<(), String> {
             print_report(&tra_api::einsum::einsum_command(args)?, format, tra_api::summary::einsum_summary);
             Ok(())
         }
-        Command::Bench { reps, chains, json, only } => {
-            let rows = tra_api::bench::run(reps, &chains, only.as_deref())?;
+        Command::Bench { reps, chains, json, only, cost_model } => {
+            let model = if cost_model == "time" { CostModel::Time } else { CostModel::Network };
+            let rows = tra_api::bench::run(reps, &chains, only.as_deref(), model)?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&rows).unwrap());
             } else {

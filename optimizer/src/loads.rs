@@ -48,9 +48,10 @@ use crate::placement::site_of;
 use crate::program::{IaOp, Operator, PlacementDecl, Plan};
 use crate::types::{concat_params, PhysType};
 use indexmap::IndexMap;
+use rustc_hash::FxHashMap;
 use serde::Serialize;
 use std::collections::hash_map::DefaultHasher;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
@@ -146,7 +147,7 @@ impl LoadCache {
                 None => {
                     let operands: Vec<Arc<Evaluated>> =
                         op.operands().iter().map(|n| self.done[&shape[n]].clone()).collect();
-                    let d = Arc::new(self.eval_op(name, op, &operands, &typed.types)?);
+                    let d = Arc::new(self.eval_op(name, op, &operands, &typed.types, true)?);
                     self.done.insert(key, d.clone());
                     d
                 }
@@ -185,6 +186,7 @@ impl LoadCache {
         op: &IaOp,
         args: &[Arc<Evaluated>],
         types: &IndexMap<String, PhysType>,
+        want_layout: bool,
     ) -> Result<Evaluated, LoadError> {
         let ty = |n: &String| &types[n.as_str()];
         let s = self.sites;
@@ -212,7 +214,11 @@ impl LoadCache {
                         }
                     }
                 }
-                args[0].layout.iter().map(|(k, _)| (k.clone(), EVERYWHERE)).collect()
+                if want_layout {
+                    args[0].layout.iter().map(|(k, _)| (k.clone(), EVERYWHERE)).collect()
+                } else {
+                    Vec::new()
+                }
             }
             IaOp::Shuffle { input, dims } => {
                 let bytes = self.tuple_bytes(ty(input));
@@ -226,7 +232,9 @@ impl LoadCache {
                         loads[*site as usize].bytes_out += bytes;
                         loads[to as usize].bytes_in += bytes;
                     }
-                    out.push((k.clone(), to));
+                    if want_layout {
+                        out.push((k.clone(), to));
+                    }
                 }
                 out
             }
@@ -234,7 +242,7 @@ impl LoadCache {
                 let per = kernel.flops(&[&ty(left).rel.array_bounds, &ty(right).rel.array_bounds]);
                 let project =
                     |k: &Key, dims: &[usize]| -> Option<Key> { dims.iter().map(|&d| k.get(d).copied()).collect() };
-                let mut index: HashMap<Key, Vec<(&Key, u32)>> = HashMap::new();
+                let mut index: FxHashMap<Key, Vec<(&Key, u32)>> = FxHashMap::default();
                 for (k, site) in args[1].layout.iter() {
                     let jk = project(k, right_keys)
                         .ok_or_else(|| err(format!("right key {k:?} has no dims {right_keys:?}")))?;
@@ -251,17 +259,19 @@ impl LoadCache {
                             (a, EVERYWHERE) => a,
                             _ => continue,
                         };
-                        let mut key = lk.clone();
-                        key.extend(rk.iter().enumerate().filter(|(d, _)| !right_keys.contains(d)).map(|(_, c)| *c));
                         flops_at(&mut loads, site, per);
-                        out.push((key, site));
+                        if want_layout {
+                            let mut key = lk.clone();
+                            key.extend(rk.iter().enumerate().filter(|(d, _)| !right_keys.contains(d)).map(|(_, c)| *c));
+                            out.push((key, site));
+                        }
                     }
                 }
                 out
             }
             IaOp::LocalAggregate { input, group_by, kernel } => {
                 let per = aggregate_flops(ty(input), kernel);
-                let mut groups: BTreeMap<Key, Vec<u32>> = BTreeMap::new();
+                let mut groups: FxHashMap<Key, Vec<u32>> = FxHashMap::default();
                 for (k, site) in args[0].layout.iter() {
                     let g: Option<Key> = group_by.iter().map(|&d| k.get(d).copied()).collect();
                     let g = g.ok_or_else(|| err(format!("key {k:?} has no group-by dims {group_by:?}")))?;
@@ -275,14 +285,28 @@ impl LoadCache {
                         out.push((g, EVERYWHERE));
                         continue;
                     }
-                    let mut at: BTreeMap<u32, u64> = BTreeMap::new();
+                    let mut at: Vec<(u32, u64)> = Vec::new();
                     for m in members.iter().filter(|&&m| m != EVERYWHERE) {
-                        *at.entry(*m).or_default() += 1;
+                        match at.iter_mut().find(|(site, _)| site == m) {
+                            Some((_, n)) => *n += 1,
+                            None => at.push((*m, 1)),
+                        }
                     }
-                    for site in 0..s as u32 {
-                        let n = at.get(&site).copied().unwrap_or(0) + everywhere;
-                        if n > 0 {
+                    if everywhere == 0 {
+                        for (site, n) in at {
                             flops_at(&mut loads, site, (n - 1).saturating_mul(per));
+                            if want_layout {
+                                out.push((g.clone(), site));
+                            }
+                        }
+                        continue;
+                    }
+                    // Replicated members are on every site: each site folds them
+                    // with its own.
+                    for site in 0..s as u32 {
+                        let n = at.iter().find(|(x, _)| *x == site).map_or(0, |(_, n)| *n) + everywhere;
+                        flops_at(&mut loads, site, (n - 1).saturating_mul(per));
+                        if want_layout {
                             out.push((g.clone(), site));
                         }
                     }
@@ -303,6 +327,9 @@ impl LoadCache {
                 let mut out = Vec::new();
                 for (k, site) in args[0].layout.iter() {
                     flops_at(&mut loads, *site, per);
+                    if !want_layout {
+                        continue;
+                    }
                     match key {
                         Some(f) => {
                             for k in f.eval(k).map_err(|e| err(e.to_string()))? {

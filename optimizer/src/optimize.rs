@@ -373,7 +373,7 @@ fn attempt(
         cost_sets.push(NodeCosts::new(&eg, weights));
     }
     let mut scorer = Scorer::new(cluster.sites, cluster.profile());
-    let mut alternatives: Vec<(Alternative, ExtractedPlan)> = Vec::new();
+    let mut alternatives: Vec<(Alternative, ExtractedPlan, Vec<SiteLoad>)> = Vec::new();
     let mut seen: Vec<Plan> = Vec::new();
     for (wi, costs) in cost_sets.iter().enumerate() {
         for allowed in restrictions {
@@ -404,37 +404,36 @@ fn attempt(
             seen.push(plan.clone());
             let strategy = strategy_of(&eg, &extracted);
             let net = plan_cost(&eg, &extracted, w);
-            let (seconds, bottleneck) =
-                scorer.seconds(&plan).map_err(|e| AttemptError::Error(OptimizeError::Internal(e)))?;
+            let (seconds, bottleneck, sites) =
+                scorer.score(&plan).map_err(|e| AttemptError::Error(OptimizeError::Internal(e)))?;
             let total = match cluster.cost_model {
                 CostModel::Network => net.total,
                 CostModel::Time => seconds,
             };
             let cost = PlanCost { network_floats: net.network_floats, flops: net.flops, total, seconds, bottleneck };
             // One alternative per strategy: the cheapest under the chosen model.
-            if let Some(i) = alternatives.iter().position(|(a, _)| a.strategy == strategy) {
+            if let Some(i) = alternatives.iter().position(|(a, _, _)| a.strategy == strategy) {
                 if cost.key() < alternatives[i].0.cost.key() {
                     let label = label(&eg, &extracted, &strategy);
                     let built_by = crate::describe::built_by(&eg, &extracted, &plan);
-                    alternatives[i] = (Alternative { label, strategy, plan, cost, built_by }, extracted);
+                    alternatives[i] = (Alternative { label, strategy, plan, cost, built_by }, extracted, sites);
                 }
                 continue;
             }
             let label = label(&eg, &extracted, &strategy);
             let built_by = crate::describe::built_by(&eg, &extracted, &plan);
-            alternatives.push((Alternative { label, strategy, plan, cost, built_by }, extracted));
+            alternatives.push((Alternative { label, strategy, plan, cost, built_by }, extracted, sites));
         }
     }
     alternatives.sort_by(|a, b| a.0.cost.key().partial_cmp(&b.0.cost.key()).unwrap_or(std::cmp::Ordering::Equal));
-    let (chosen, chosen_expr) = alternatives[0].clone();
-    let site_loads = scorer.site_loads(&chosen.plan).map_err(|e| AttemptError::Error(OptimizeError::Internal(e)))?;
+    let (chosen, chosen_expr, site_loads) = alternatives[0].clone();
 
     let rules_applied = rules_applied(&eg, &chosen_expr);
     Ok(OptimizeAnswer {
         plan: chosen.plan.clone(),
         cost: chosen.cost.clone(),
         site_loads,
-        alternatives: alternatives.into_iter().map(|(a, _)| a).collect(),
+        alternatives: alternatives.into_iter().map(|(a, _, _)| a).collect(),
         rules_applied,
         warnings: Vec::new(),
         stats: Stats {
@@ -491,17 +490,13 @@ impl Scorer {
         self.cache.plan_loads(plan, &typed).map_err(|e| e.to_string())
     }
 
-    /// A plan's predicted seconds and bottleneck.
-    pub fn seconds(&mut self, plan: &Plan) -> Result<(f64, Option<Bottleneck>), String> {
+    /// A plan's predicted seconds, bottleneck, and every site's load over
+    /// the whole plan.
+    pub fn score(&mut self, plan: &Plan) -> Result<(f64, Option<Bottleneck>, Vec<SiteLoad>), String> {
         let loads = self.loads(plan)?;
         let exchange = |n: &str| matches!(plan.nodes.get(n), Some(IaOp::Shuffle { .. } | IaOp::Broadcast { .. }));
-        Ok(plan_seconds(&loads, &exchange, &self.profile))
-    }
-
-    /// Every site's load over the whole plan.
-    pub fn site_loads(&mut self, plan: &Plan) -> Result<Vec<SiteLoad>, String> {
-        let loads = self.loads(plan)?;
-        Ok(total_per_site(&loads, self.sites))
+        let (seconds, bottleneck) = plan_seconds(&loads, &exchange, &self.profile);
+        Ok((seconds, bottleneck, total_per_site(&loads, self.sites)))
     }
 }
 

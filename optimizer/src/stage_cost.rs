@@ -53,7 +53,7 @@ impl<'a> Layouts<'a> {
 
     /// Evaluate `node` of `class` with operand P classes `args` (in operand
     /// order): its output layout and per-site loads.
-    fn eval(&self, node: &Ia, args: &[Id]) -> Option<Evaluated> {
+    fn eval(&self, node: &Ia, args: &[Id], want_layout: bool) -> Option<Evaluated> {
         let names = ["a", "b"];
         let op: IaOp = ia_op(node, |id| leaf(self.eg, id), &names[..args.len()]).ok()?;
         let mut types: IndexMap<String, PhysType> = IndexMap::new();
@@ -63,7 +63,7 @@ impl<'a> Layouts<'a> {
             let layout = self.of.get(a)?.clone();
             evaluated.push(Arc::new(Evaluated { layout, loads: Arc::new(Vec::new()) }));
         }
-        self.cache.eval_op("(e-graph)", &op, &evaluated, &types).ok()
+        self.cache.eval_op("(e-graph)", &op, &evaluated, &types, want_layout).ok()
     }
 
     /// The layout of a class from one of its nodes, if its operands' are known.
@@ -76,11 +76,11 @@ impl<'a> Layouts<'a> {
             }
             Ia::Shuffle([_, l]) | Ia::Broadcast(l) => {
                 let src = *self.sources(self.eg.find(*l)).first()?;
-                Some(self.eval(node, &[src])?.layout)
+                Some(self.eval(node, &[src], true)?.layout)
             }
-            Ia::LJoin([_, _, _, a, b]) => Some(self.eval(node, &[self.eg.find(*a), self.eg.find(*b)])?.layout),
+            Ia::LJoin([_, _, _, a, b]) => Some(self.eval(node, &[self.eg.find(*a), self.eg.find(*b)], true)?.layout),
             Ia::LAgg([_, _, x]) | Ia::LMap([_, _, x]) | Ia::LFilter([_, x]) => {
-                Some(self.eval(node, &[self.eg.find(*x)])?.layout)
+                Some(self.eval(node, &[self.eg.find(*x)], true)?.layout)
             }
             _ => None,
         }
@@ -123,14 +123,14 @@ pub fn stage_costs(eg: &TraEGraph, profile: &Profile) -> Option<NodeCosts> {
                 Ia::Shuffle([_, l]) | Ia::Broadcast(l) => layouts
                     .sources(eg.find(*l))
                     .iter()
-                    .filter_map(|src| layouts.eval(node, &[*src]))
+                    .filter_map(|src| layouts.eval(node, &[*src], false))
                     .map(|e| stage_seconds(true, &e.loads, profile).0)
                     .fold(None, |m: Option<f64>, t| Some(m.map_or(t, |m| m.min(t)))),
-                Ia::LJoin([_, _, _, a, b]) => {
-                    layouts.eval(node, &[eg.find(*a), eg.find(*b)]).map(|e| stage_seconds(false, &e.loads, profile).0)
-                }
+                Ia::LJoin([_, _, _, a, b]) => layouts
+                    .eval(node, &[eg.find(*a), eg.find(*b)], false)
+                    .map(|e| stage_seconds(false, &e.loads, profile).0),
                 Ia::LAgg([_, _, x]) | Ia::LMap([_, _, x]) => {
-                    layouts.eval(node, &[eg.find(*x)]).map(|e| stage_seconds(false, &e.loads, profile).0)
+                    layouts.eval(node, &[eg.find(*x)], false).map(|e| stage_seconds(false, &e.loads, profile).0)
                 }
                 _ => Some(0.0),
             };
