@@ -73,8 +73,18 @@ function optimizeCached(body) {
 /* ---------------- the editor is the state; the controls follow it ---------------- */
 
 /** The defaults the API applies to a missing cluster field. */
-const CLUSTER_DEFAULTS = {sites: 4, network_weight: 1, compute_weight: 0};
-const CONTROL_OF = {sites: "sites", network_weight: "alpha", compute_weight: "beta"};
+const CLUSTER_DEFAULTS = {sites: 4, network_weight: 1, compute_weight: 0, cost_model: "network"};
+const CONTROL_OF = {sites: "sites", network_weight: "alpha", compute_weight: "beta", cost_model: "costModel"};
+/** The profile the API uses where a request gives none (docs/API.md). */
+const PROFILE_DEFAULTS = {link_bytes_per_second: 1.25e9, site_flops_per_second: 1.0e11, latency_seconds: 1e-4, bytes_per_float: 4};
+
+/** Predicted seconds, in the unit that reads best. */
+function secs(s) {
+  if (typeof s !== "number" || !Number.isFinite(s)) return "–";
+  if (s >= 1) return s.toFixed(2) + " s";
+  if (s >= 1e-3) return (s * 1e3).toFixed(2) + " ms";
+  return (s * 1e6).toFixed(1) + " µs";
+}
 
 /** The editor's program, or a client-side error. */
 function parseEditor() {
@@ -125,6 +135,8 @@ function controlsFromEditor() {
     if (document.activeElement === input && input.value !== "" && Number(input.value) === v) continue;
     input.value = typeof v === "number" ? String(v) : "";
   }
+  const model = c.cost_model ?? CLUSTER_DEFAULTS.cost_model;
+  if (model === "network" || model === "time") $("costModel").value = model;
   document.body.dataset.editorSites = String(sites);
   markStale();
 }
@@ -169,7 +181,7 @@ function showError(err) {
   let span = null;
   if (err.at) {
     span = locate(editor.value, err.at);
-    const ctl = {"cluster.sites": "sites", "cluster.network_weight": "alpha", "cluster.compute_weight": "beta"}[err.at];
+    const ctl = {"cluster.sites": "sites", "cluster.network_weight": "alpha", "cluster.compute_weight": "beta", "cluster.cost_model": "costModel"}[err.at];
     if (ctl) $(ctl).closest(".control").classList.add("bad");
   } else if (Number.isFinite(err.pos)) {
     span = {start: err.pos, end: err.pos + 1, exact: true};
@@ -337,9 +349,11 @@ function render() {
   const runner = alts[1];
 
   // summary: why the chosen plan won
+  const timeModel = (answer.stats || {}).cost_model === "time";
+  const costWords = timeModel ? `cost = predicted seconds (time model)` : `cost = ${cl.network_weight}·floats + ${cl.compute_weight}·flops`;
   let why = `<div class="summary-main"><span class="badge chosen">✓ chosen</span> ${tagHtml(seriesKey(best))} <b title="${esc(acronymTitle(best.label))}">${esc(best.label)}</b>
-    — cost <b>${si(answer.cost.total)}</b> on ${cl.sites} site${cl.sites === 1 ? "" : "s"}
-    <span class="muted">(${si(answer.cost.network_floats)} floats moved, ${si(answer.cost.flops)} flops; cost = ${cl.network_weight}·floats + ${cl.compute_weight}·flops)</span></div>`;
+    — cost <b>${timeModel ? secs(answer.cost.total) : si(answer.cost.total)}</b> on ${cl.sites} site${cl.sites === 1 ? "" : "s"}
+    <span class="muted">(${si(answer.cost.network_floats)} floats moved, ${si(answer.cost.flops)} flops, predicted <b id="chosenSeconds">${secs(answer.cost.seconds)}</b>; ${costWords})</span></div>`;
   if (runner) {
     const same = sameTotal(runner.cost, best.cost);
     why += `<div class="summary-why">It ${describeMoves(best.plan, best.report)}; the runner-up, ${tagHtml(seriesKey(runner))} <b>${esc(runner.label)}</b>, ${describeMoves(runner.plan, runner.report)}
@@ -376,12 +390,12 @@ function render() {
         <span class="alt-label" title="${esc(acronymTitle(a.label))}">${esc(a.label)}</span>
       </header>
       <div class="alt-cost" data-total="${a.cost.total}">
-        <span class="cost-total" title="cost ${full(a.cost.total)}">${si(a.cost.total)}</span>
+        <span class="cost-total" title="cost ${full(a.cost.total)}">${timeModel ? secs(a.cost.total) : si(a.cost.total)}</span>
         <span class="muted small">cost</span>
         ${rel}
       </div>
       <div class="costbar" title="cost relative to the most expensive alternative"><i style="width:${maxTotal > 0 ? (100 * a.cost.total / maxTotal).toFixed(1) : 0}%"></i></div>
-      <div class="alt-meta muted small"><b>${si(a.cost.network_floats)}</b> floats moved · ${si(a.cost.flops)} flops · ${Object.keys(a.plan.nodes || {}).length} operators${hot.length ? " · hottest <b class='mono'>" + esc(hot.join(", ")) + "</b>" : ""}${strat ? "<br>joins: " + esc(strat) : ""}</div>
+      <div class="alt-meta muted small"><b>${si(a.cost.network_floats)}</b> floats moved · <b class="alt-seconds" data-seconds="${a.cost.seconds}" title="${esc(bottleneckText(a.cost.bottleneck))}">${secs(a.cost.seconds)}</b> predicted · ${si(a.cost.flops)} flops · ${Object.keys(a.plan.nodes || {}).length} operators${hot.length ? " · hottest <b class='mono'>" + esc(hot.join(", ")) + "</b>" : ""}${strat ? "<br>joins: " + esc(strat) : ""}</div>
       <div class="dag-wrap"></div>`;
     wrap.appendChild(card);
   });
@@ -393,6 +407,7 @@ function render() {
     }));
   });
   $("altCount").textContent = `${alts.length} alternative${alts.length === 1 ? "" : "s"}, cheapest first`;
+  renderSiteLoads(answer, cl);
 
   // rules and e-graph figures
   const rules = answer.rules_applied || [];
@@ -412,6 +427,34 @@ function render() {
     ["e-nodes", full(s.egraph_nodes)], ["e-classes", full(s.egraph_classes)], ["iterations", full(s.iterations)],
     ["stop reason", esc((s.stop_reason || "–").replaceAll("_", " ")), "text"], ["time", ms(s.optimize_ms)],
   ].map(([k, v, cls]) => `<div class="stat"><div class="stat-v ${cls || ""}">${v}</div><div class="stat-k">${k}</div></div>`).join("");
+}
+
+/** What bounds a plan's predicted time, in words. */
+function bottleneckText(b) {
+  if (!b) return "no operator: no time";
+  const what = {compute: "computing", link_in: "receiving", link_out: "sending"}[b.resource] || b.resource;
+  return `bound by ${b.node}: site ${b.site} ${what} (${secs(b.seconds)})`;
+}
+
+/** One bar per site and resource for the chosen plan: idle and overloaded sites stand out. */
+function renderSiteLoads(answer, cl) {
+  const loads = answer.site_loads || [];
+  const max = (f) => Math.max(...loads.map((l) => Number(l[f]) || 0), 0);
+  const m = {bytes_out: max("bytes_out"), bytes_in: max("bytes_in"), flops: max("flops")};
+  const bar = (l, f, cls) => {
+    const v = Number(l[f]) || 0;
+    const w = m[f] > 0 ? (100 * v / m[f]).toFixed(1) : 0;
+    return `<div class="load-bar ${cls}" title="${f.replace("_", " ")} ${full(v)}"><i style="width:${w}%"></i></div>`;
+  };
+  const idle = loads.filter((l) => !(Number(l.flops) > 0)).length;
+  $("loadsNote").textContent = loads.length ? `${loads.length - idle} of ${loads.length} sites compute; ${bottleneckText(answer.cost.bottleneck)}` : "";
+  $("siteLoads").innerHTML = loads.length ? `<div class="load-legend small muted"><span class="key out">sent</span> <span class="key in">received</span> <span class="key flops">flops</span></div>` +
+    loads.map((l, s) => `<div class="load-row" data-site="${s}" data-flops="${l.flops}" data-bytes-in="${l.bytes_in}" data-bytes-out="${l.bytes_out}">
+      <span class="load-site mono">site ${s}</span>
+      <div class="load-bars">${bar(l, "bytes_out", "out")}${bar(l, "bytes_in", "in")}${bar(l, "flops", "flops")}</div>
+      <span class="load-figs muted small">${si(l.bytes_out)}B ↑ · ${si(l.bytes_in)}B ↓ · ${si(l.flops)} flops</span></div>`).join("") : "";
+  const p = {...PROFILE_DEFAULTS, ...(cl.profile || {})};
+  $("profileInUse").textContent = `profile${cl.profile ? "" : " (defaults)"}: link ${si(p.link_bytes_per_second)}B/s per site and direction · ${si(p.site_flops_per_second)} flop/s per site · latency ${secs(p.latency_seconds)} per exchange · ${p.bytes_per_float} bytes per float`;
 }
 
 /** The large view of one alternative's DAG. */
@@ -657,6 +700,9 @@ for (const [field, id] of [["network_weight", "alpha"], ["compute_weight", "beta
     scheduleOptimize(0);
   });
 }
+$("costModel").addEventListener("change", () => {
+  if (controlToEditor("cost_model", $("costModel").value)) scheduleOptimize(0);
+});
 $("dagDialogClose").addEventListener("click", () => $("dagDialog").close());
 $("dagDialog").addEventListener("close", () => { state.dialogView?.resize?.disconnect(); state.dialogView = null; });
 $("run").addEventListener("click", run);

@@ -6,6 +6,7 @@ use std::fmt::Write as _;
 use std::time::Instant;
 use tra_optimizer::optimize::{optimize, Limits};
 use tra_optimizer::rule::RuleDef;
+use tra_optimizer::time::CostModel;
 use tra_optimizer::Program;
 
 /// One measured row.
@@ -79,18 +80,22 @@ fn measure(name: &str, p: &Program, rules: &[RuleDef], reps: usize) -> Result<Ro
 }
 
 /// Measure every built-in workload and chains of 2, 4, 8 and 16 matmuls.
-pub fn run(reps: usize, chains: &[usize], only: Option<&str>) -> Result<Vec<Row>, String> {
+pub fn run(reps: usize, chains: &[usize], only: Option<&str>, model: CostModel) -> Result<Vec<Row>, String> {
     let rules = tra_rules::all();
     let mut rows = Vec::new();
+    let with_model = |mut p: Program| {
+        p.cluster = Some(tra_optimizer::Cluster { cost_model: model, ..p.cluster() });
+        p
+    };
     for e in examples::all() {
         if only.is_some_and(|o| !e.name.contains(o)) {
             continue;
         }
         let p = Program::from_value(&e.program).map_err(|x| format!("{}: {x}", e.name))?;
-        rows.push(measure(e.name, &p, &rules, reps)?);
+        rows.push(measure(e.name, &with_model(p), &rules, reps)?);
     }
     for &n in chains.iter().filter(|_| only.is_none()) {
-        rows.push(measure(&format!("chain of {n} matmuls"), &matmul_chain(n), &rules, reps)?);
+        rows.push(measure(&format!("chain of {n} matmuls"), &with_model(matmul_chain(n)), &rules, reps)?);
     }
     Ok(rows)
 }

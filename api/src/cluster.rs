@@ -417,6 +417,7 @@ pub fn run_cluster_command(args: &RunArgs, cluster: &ClusterArgs) -> Result<Stri
     let sites = processes * workers;
     let mut p = read_program(&args.file)?;
     p.cluster = Some(Cluster { sites, ..p.cluster() });
+    args.cost.apply(&mut p)?;
     let (inputs, outputs, dtype) = crate::run::files_and_dtype(&p, args)?;
     let layouts = crate::run::output_layouts(&p, args, &outputs)?;
 

@@ -3,7 +3,9 @@
 #![recursion_limit = "256"]
 
 pub mod bench;
+pub mod calibrate;
 pub mod cluster;
+pub mod cost_model;
 pub mod einsum;
 pub mod examples;
 pub mod run;

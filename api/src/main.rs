@@ -7,6 +7,7 @@ use tra_optimizer::check::{check_plan, check_program};
 use tra_optimizer::compile::compile;
 use tra_optimizer::cost::{plan_report, Weights};
 use tra_optimizer::optimize::{optimize_with, Limits, OnRuleFailure, OptimizeError};
+use tra_optimizer::time::CostModel;
 use tra_optimizer::{Cluster, Program};
 
 #[derive(Parser)]
@@ -84,6 +85,9 @@ enum Command {
         /// instead of optimizing again without it (and warning).
         #[arg(long)]
         strict: bool,
+        /// The cost model and the cluster profile.
+        #[command(flatten)]
+        cost: tra_api::cost_model::CostModelArgs,
     },
     // The help text is `ServeArgs`'s: the limits and how they apply.
     Serve(tra_api::server::flags::ServeArgs),
@@ -101,6 +105,9 @@ enum Command {
         /// Only the workloads whose name contains this.
         #[arg(long)]
         only: Option<String>,
+        /// The cost model every workload is optimized under.
+        #[arg(long, value_parser = ["network", "time"], default_value = "network")]
+        cost_model: String,
     },
     /// Optimize a program and run it on worker threads, or across processes
     /// with `--processes N` or `--hosts FILE`, reading and writing `.npy` files.
@@ -129,6 +136,18 @@ enum Command {
     Cluster(tra_api::cluster::ClusterCommand),
     /// Write a new cluster secret to a file (mode 600).
     Secret(tra_api::cluster::SecretArgs),
+    /// Measure this machine's speeds for the time cost model (GEMM flops/s
+    /// per site with the executor's kernels, bytes/s per link with timely
+    /// exchanges, the latency of an exchange) on `--processes N` timely
+    /// processes over loopback, and print the `profile` JSON (`tra serve
+    /// --profile FILE`, `tra optimize --profile FILE`). Takes a few seconds.
+    Calibrate {
+        #[command(flatten)]
+        args: tra_api::calibrate::CalibrateArgs,
+        /// Also print the per-site rates and the time taken (to standard error).
+        #[arg(long)]
+        verbose: bool,
+    },
     /// Compile an einsum expression to TRA, optimize it, run it on dense .npy
     /// operands and write the dense result (numpy's shape, float64).
     ///
@@ -169,7 +188,7 @@ fn print_report(json: &str, format: ReportFormat, summarize: fn(&serde_json::Val
 fn writes_only_to_stdout(c: &Command) -> bool {
     match c {
         Command::Check { .. } | Command::Compile { .. } | Command::Optimize { .. } | Command::Rules { .. } => true,
-        Command::Bench { .. } | Command::Einsum { .. } => true,
+        Command::Bench { .. } | Command::Einsum { .. } | Command::Calibrate { .. } => true,
         Command::Run { cluster, .. } => !cluster.active(),
         Command::Serve(_) | Command::Worker(_) | Command::Cluster(_) | Command::Secret(_) => false,
     }
@@ -181,11 +200,11 @@ fn load(file: &str) -> Result<Program, String> {
 
 fn run(cli: Cli) -> Result<(), String> {
     match cli.command {
-        Command::Optimize { file, format, sites, max_nodes, max_ms, strict } => {
+        Command::Optimize { file, format, sites, max_nodes, max_ms, strict, cost } => {
             let limits =
                 Limits { nodes: max_nodes, time: std::time::Duration::from_millis(max_ms), ..Limits::default() };
             let on_failure = if strict { OnRuleFailure::Fail } else { OnRuleFailure::Retry };
-            optimize_cmd(&file, format, sites, limits, on_failure)
+            optimize_cmd(&file, format, sites, &cost, limits, on_failure)
         }
         Command::Rules { format } => rules_cmd(format),
         Command::Run { run, cluster, format } => {
@@ -207,12 +226,21 @@ fn run(cli: Cli) -> Result<(), String> {
             println!("{}", tra_api::cluster::secret_command(args)?);
             Ok(())
         }
+        Command::Calibrate { args, verbose } => {
+            let c = tra_api::calibrate::calibrate(&args)?;
+            if verbose {
+                eprintln!("per-site GEMM flops/s: {:?}; calibration took {:.1} s", c.site_flops_per_second, c.seconds);
+            }
+            println!("{}", serde_json::to_string_pretty(&c.profile).expect("JSON"));
+            Ok(())
+        }
         Command::Einsum { args, format } => {
             print_report(&tra_api::einsum::einsum_command(args)?, format, tra_api::summary::einsum_summary);
             Ok(())
         }
-        Command::Bench { reps, chains, json, only } => {
-            let rows = tra_api::bench::run(reps, &chains, only.as_deref())?;
+        Command::Bench { reps, chains, json, only, cost_model } => {
+            let model = if cost_model == "time" { CostModel::Time } else { CostModel::Network };
+            let rows = tra_api::bench::run(reps, &chains, only.as_deref(), model)?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&rows).unwrap());
             } else {
@@ -288,6 +316,7 @@ fn optimize_cmd(
     file: &str,
     format: OptimizeFormat,
     sites: Option<usize>,
+    cost: &tra_api::cost_model::CostModelArgs,
     limits: Limits,
     on_failure: OnRuleFailure,
 ) -> Result<(), String> {
@@ -295,6 +324,7 @@ fn optimize_cmd(
     if let Some(s) = sites {
         p.cluster = Some(Cluster { sites: s, ..p.cluster() });
     }
+    cost.apply(&mut p)?;
     let rules = tra_rules::all();
     let answer = optimize_with(&p, &rules, &limits, on_failure).map_err(|e| match e {
         OptimizeError::Program(e) => report(&e),
@@ -327,13 +357,13 @@ fn optimize_cmd(
             }
             println!();
             println!(
-                "cost: {} network floats, {} flops, total {}",
-                answer.cost.network_floats, answer.cost.flops, answer.cost.total
+                "cost: {} network floats, {} flops, total {}, predicted {:.4} s",
+                answer.cost.network_floats, answer.cost.flops, answer.cost.total, answer.cost.seconds
             );
             println!("rules applied: {}", answer.rules_applied.join(", "));
             println!("alternatives:");
             for a in &answer.alternatives {
-                println!("  {:>16} network floats  {}", a.cost.network_floats, a.label);
+                println!("  {:>16} network floats  {:>10.4} s  {}", a.cost.network_floats, a.cost.seconds, a.label);
             }
             let st = &answer.stats;
             println!(

@@ -63,6 +63,9 @@ pub struct RunArgs {
     /// of optimizing again without it (and warning).
     #[arg(long)]
     pub strict: bool,
+    /// The cost model and the cluster profile.
+    #[command(flatten)]
+    pub cost: crate::cost_model::CostModelArgs,
 }
 
 /// Which plan a run executes: the optimizer's choice (the default), the
@@ -396,6 +399,7 @@ pub fn run_command_with(args: RunArgs, choice: &PlanChoice) -> Result<String, St
         }
         p.cluster = Some(Cluster { sites: s, ..p.cluster() });
     }
+    args.cost.apply(&mut p)?;
     if let Some(t) = args.threads {
         let max = tra_executor::threads::runtime::MAX_KERNEL_THREADS;
         if t == 0 || t > max {

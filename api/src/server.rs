@@ -162,6 +162,9 @@ pub struct ServerConfig {
     /// e-graph) instead of optimizing again without it and answering with a
     /// warning (default false; `tra serve --strict`).
     pub strict: bool,
+    /// The cluster profile of a request that gives none (`tra serve
+    /// --profile FILE`, as `tra calibrate` prints it); the defaults when absent.
+    pub profile: Option<tra_optimizer::time::Profile>,
 }
 
 impl Default for ServerConfig {
@@ -189,6 +192,7 @@ impl Default for ServerConfig {
             body_timeout: Duration::from_secs(30),
             shutdown_grace: Duration::from_secs(5),
             strict: false,
+            profile: None,
         }
     }
 }
@@ -339,6 +343,18 @@ impl AppState {
             Some(hit) => Ok(hit),
             None => self.optimize_uncached(key, program),
         }
+    }
+
+    /// The program with the server's profile when it names none.
+    pub(crate) fn with_profile(&self, mut program: Program) -> Program {
+        if let Some(profile) = self.inner.config.profile {
+            let mut cluster = program.cluster();
+            if cluster.profile.is_none() {
+                cluster.profile = Some(profile);
+                program.cluster = Some(cluster);
+            }
+        }
+        program
     }
 
     /// Optimize a program the cache does not hold (blocking, as [`AppState::optimize_here`]).
@@ -728,7 +744,7 @@ async fn examples_handler(State(st): State<AppState>) -> Json<Value> {
 
 async fn optimize_handler(State(st): State<AppState>, JsonBody(body): JsonBody) -> Result<Response, ApiError> {
     let answer = if body.len() <= INLINE_PARSE_BYTES {
-        let program = Program::from_value(&parse_json(&body)?)?;
+        let program = st.with_profile(Program::from_value(&parse_json(&body)?)?);
         let key = cache_key(&program)?;
         match st.inner.answers.get(&key) {
             Some(hit) => hit,
@@ -740,7 +756,7 @@ async fn optimize_handler(State(st): State<AppState>, JsonBody(body): JsonBody) 
     } else {
         let st2 = st.clone();
         st.cpu(&st.optimize_deadline(), move || {
-            let program = Program::from_value(&parse_json(&body)?)?;
+            let program = st2.with_profile(Program::from_value(&parse_json(&body)?)?);
             st2.optimize_here(&program)
         })
         .await?

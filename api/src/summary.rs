@@ -240,6 +240,16 @@ pub fn einsum_summary(v: &Value) -> String {
     out
 }
 
+/// Predicted seconds, in the unit that reads best.
+fn seconds(v: &Value) -> String {
+    match v.as_f64() {
+        Some(s) if s >= 1.0 => format!("{s:.2} s"),
+        Some(s) if s >= 1e-3 => format!("{:.2} ms", s * 1e3),
+        Some(s) => format!("{:.1} µs", s * 1e6),
+        None => "—".into(),
+    }
+}
+
 /// The summary of a `tra optimize` answer (its JSON) for `sites` sites.
 pub fn optimize_summary(v: &Value, sites: usize) -> String {
     let mut out = String::new();
@@ -249,10 +259,18 @@ pub fn optimize_summary(v: &Value, sites: usize) -> String {
     let _ = writeln!(out, "plan: {chosen}");
     let mut line =
         format!("cost: {} network floats, {} flops on {sites} sites", count(&c["network_floats"]), count(&c["flops"]));
-    if c["total"].as_f64() != c["network_floats"].as_f64() {
+    let time_model = v["stats"]["cost_model"].as_str() == Some("time");
+    if !time_model && c["total"].as_f64() != c["network_floats"].as_f64() {
         let _ = write!(line, " (weighted total {})", number(&c["total"]));
     }
     let _ = writeln!(out, "{line}");
+    let _ = write!(out, "predicted time: {}", seconds(&c["seconds"]));
+    let b = &c["bottleneck"];
+    if let (Some(node), Some(site), Some(res)) = (b["node"].as_str(), b["site"].as_u64(), b["resource"].as_str()) {
+        let _ = write!(out, ", bound by {node} on site {site} ({res})");
+    }
+    let model = if time_model { "time" } else { "network" };
+    let _ = writeln!(out, "; chosen by the {model} cost model");
     let nodes = v["plan"]["nodes"].as_object().map_or(0, |n| n.len());
     let _ = writeln!(out, "plan size: {nodes} operators (--format text prints it with each operator's cost)");
     if alts.len() > 1 {
@@ -263,9 +281,10 @@ pub fn optimize_summary(v: &Value, sites: usize) -> String {
             let ratio = if best > 0.0 { format!("{:.2}×", total / best) } else { "—".into() };
             let _ = writeln!(
                 out,
-                "  {:>7}  {:>16} floats  {}",
+                "  {:>7}  {:>16} floats  {:>10}  {}",
                 ratio,
                 count(&a["cost"]["network_floats"]),
+                seconds(&a["cost"]["seconds"]),
                 a["label"].as_str().unwrap_or("?")
             );
         }

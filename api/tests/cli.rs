@@ -119,3 +119,36 @@ fn einsum_prints_a_summary_or_the_json_report() {
     assert_eq!(v["output"]["data"][0], serde_json::json!([28.0, 34.0]), "{out}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn calibrate_prints_a_profile_that_optimize_takes() {
+    let (ok, out, err) = tra(&["calibrate", "--processes", "2", "--reps", "1"]);
+    assert!(ok, "{err}");
+    let profile: serde_json::Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    for f in ["link_bytes_per_second", "site_flops_per_second", "latency_seconds"] {
+        assert!(profile[f].as_f64().unwrap() > 0.0, "{f}: {out}");
+    }
+    assert_eq!(profile["bytes_per_float"], 4);
+    let path = std::env::temp_dir().join(format!("tra-profile-{}.json", std::process::id()));
+    std::fs::write(&path, &out).unwrap();
+    let (ok, out, err) = tra(&[
+        "optimize",
+        "examples/matmul.json",
+        "--cost-model",
+        "time",
+        "--profile",
+        path.to_str().unwrap(),
+        "--format",
+        "json",
+    ]);
+    let _ = std::fs::remove_file(&path);
+    assert!(ok, "{err}");
+    let answer: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(answer["stats"]["cost_model"], "time");
+    assert_eq!(answer["cost"]["total"], answer["cost"]["seconds"]);
+    let (ok, out, _) = tra(&["optimize", "examples/matmul.json", "--cost-model", "time"]);
+    assert!(ok);
+    assert!(out.contains("predicted time:") && out.contains("chosen by the time cost model"), "{out}");
+    let (ok, _, err) = tra(&["optimize", "examples/matmul.json", "--profile", "no-such-profile.json"]);
+    assert!(!ok && err.contains("no-such-profile.json"), "{err}");
+}

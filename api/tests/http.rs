@@ -546,3 +546,96 @@ async fn a_program_asked_again_is_answered_from_the_cache() {
     assert_eq!(a["plan"], b["plan"], "optimization is deterministic");
     assert_ne!(a["stats"]["optimize_ms"], b["stats"]["optimize_ms"], "with the cache off every request optimizes");
 }
+
+/// The skewed matmul: `X` (2×8 blocks, hashed on i) times `Y` (8×2, hashed
+/// on j), blocks of 1024², on 10 sites.
+fn skewed(cost_model: Option<&str>) -> Value {
+    let mut v = json!({
+        "inputs": {"X": {"key_bounds": [2, 8], "array_bounds": [1024, 1024], "placement": {"hash": [0]}},
+                   "Y": {"key_bounds": [8, 2], "array_bounds": [1024, 1024], "placement": {"hash": [1]}}},
+        "nodes": {"XY": {"op": "join", "left": "X", "right": "Y", "left_keys": [1], "right_keys": [0], "kernel": "matMul"},
+                  "Z": {"op": "aggregate", "input": "XY", "group_by": [0, 2], "kernel": "matAdd"}},
+        "outputs": ["Z"], "cluster": {"sites": 10}});
+    if let Some(m) = cost_model {
+        v["cluster"]["cost_model"] = json!(m);
+    }
+    v
+}
+
+fn busy_sites(v: &Value) -> usize {
+    v["site_loads"].as_array().unwrap().iter().filter(|l| l["flops"].as_u64().unwrap() > 0).count()
+}
+
+#[tokio::test]
+async fn the_time_model_spreads_a_skewed_matmul_and_the_network_model_keeps_rmm() {
+    let addr = start(ServerConfig::default()).await;
+    let time = post(addr, "/v1/optimize", &skewed(Some("time"))).await.json();
+    assert_eq!(time["stats"]["cost_model"], "time", "{}", time["stats"]);
+    assert!(busy_sites(&time) >= 8, "the time model computes on ≥ 8 of 10 sites: {}", time["site_loads"]);
+    let network = post(addr, "/v1/optimize", &skewed(None)).await.json();
+    assert_eq!(network["stats"]["cost_model"], "network");
+    let label = network["alternatives"][0]["label"].as_str().unwrap();
+    assert!(label.starts_with("RMM"), "the network model still picks RMM: {label}");
+    assert_eq!(network["cost"]["network_floats"], 33_554_432, "{}", network["cost"]);
+    assert!(busy_sites(&network) <= 2, "RMM's products sit on the 2 sites of j: {}", network["site_loads"]);
+    // Both answers report predicted seconds and a bottleneck for every alternative,
+    // and the time model's choice is predicted faster than the network model's.
+    for v in [&time, &network] {
+        for a in v["alternatives"].as_array().unwrap() {
+            assert!(a["cost"]["seconds"].as_f64().unwrap() > 0.0, "{}", a["cost"]);
+            let b = &a["cost"]["bottleneck"];
+            assert!(["compute", "link_in", "link_out"].contains(&b["resource"].as_str().unwrap()), "{b}");
+            assert!(a["plan"]["nodes"][b["node"].as_str().unwrap()].is_object(), "{b}");
+        }
+    }
+    assert!(time["cost"]["seconds"].as_f64() < network["cost"]["seconds"].as_f64());
+    assert_eq!(time["cost"]["total"], time["cost"]["seconds"], "under time, total is the seconds");
+    let c = costs(&time["alternatives"]);
+    assert!(c.windows(2).all(|w| w[0] <= w[1]), "alternatives ranked by predicted seconds: {c:?}");
+}
+
+#[tokio::test]
+async fn a_slow_network_profile_changes_the_prediction_and_a_bad_one_is_named() {
+    let addr = start(ServerConfig::default()).await;
+    let mut slow = skewed(Some("time"));
+    slow["cluster"]["profile"] = json!({"link_bytes_per_second": 1.25e7});
+    let fast = post(addr, "/v1/optimize", &skewed(Some("time"))).await.json();
+    let slow = post(addr, "/v1/optimize", &slow).await.json();
+    assert!(slow["cost"]["seconds"].as_f64().unwrap() > 10.0 * fast["cost"]["seconds"].as_f64().unwrap());
+    assert!(slow["cost"]["bottleneck"]["resource"].as_str().unwrap().starts_with("link"), "{}", slow["cost"]);
+
+    let mut bad = skewed(Some("time"));
+    bad["cluster"]["profile"] = json!({"site_flops_per_second": 0});
+    let r = post(addr, "/v1/optimize", &bad).await;
+    assert_eq!(r.status, 422, "{}", r.json());
+    assert_eq!(r.json()["error"]["at"], "cluster.profile.site_flops_per_second");
+    let mut unknown = skewed(Some("speed"));
+    unknown["cluster"]["cost_model"] = json!("speed");
+    let r = post(addr, "/v1/optimize", &unknown).await;
+    assert!([400, 422].contains(&r.status), "{}", r.json());
+    assert!(r.json()["error"]["message"].as_str().unwrap().contains("speed"), "{}", r.json());
+}
+
+#[tokio::test]
+async fn execute_reports_the_predicted_seconds_next_to_the_measured_time() {
+    let addr = start(ServerConfig::default()).await;
+    let mut req = matmul([2, 2], [2, 2], 8, 2);
+    req["cluster"]["cost_model"] = json!("time");
+    req["data"] = json!({"X": {"random": {"seed": 1}}, "Y": {"random": {"seed": 2}}});
+    let r = post(addr, "/v1/execute", &req).await;
+    let v = r.json();
+    assert_eq!(r.status, 200, "{v}");
+    assert!(v["cost"]["seconds"].as_f64().unwrap() > 0.0, "{}", v["cost"]);
+    assert!(v["cost"]["bottleneck"]["node"].is_string(), "{}", v["cost"]);
+    assert!(v["timings_ms"]["total"].is_number());
+}
+
+#[tokio::test]
+async fn the_servers_profile_applies_to_requests_that_name_none() {
+    let profile = tra_optimizer::time::Profile { link_bytes_per_second: 1.25e7, ..Default::default() };
+    let addr = start(ServerConfig { profile: Some(profile), ..ServerConfig::default() }).await;
+    let v = post(addr, "/v1/optimize", &skewed(Some("time"))).await.json();
+    let plain = start(ServerConfig::default()).await;
+    let w = post(plain, "/v1/optimize", &skewed(Some("time"))).await.json();
+    assert!(v["cost"]["seconds"].as_f64().unwrap() > 10.0 * w["cost"]["seconds"].as_f64().unwrap());
+}

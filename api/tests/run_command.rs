@@ -36,6 +36,7 @@ fn args(dir: &TempDir, inputs: &[(&str, &str)], outputs: &[(&str, &str)]) -> Run
         threads: Some(2),
         no_progress: true,
         strict: true,
+        cost: Default::default(),
     }
 }
 

@@ -94,7 +94,7 @@ impl Search<'_, '_> {
         };
         let w = Weights { network: self.cluster.network_weight, compute: self.cluster.compute_weight };
         let optimized = if Instant::now() < self.deadline {
-            optimize(&program, self.opts.rules, &self.opts.limits).ok().map(|a| a.cost)
+            optimize(&program, self.opts.rules, &self.opts.limits).ok().map(|a| a.cost.additive())
         } else {
             None
         };

@@ -113,6 +113,9 @@ pub fn check_program(p: &Program) -> Result<TypedProgram> {
             ));
         }
     }
+    if let Err((f, message)) = cluster.profile().check() {
+        return Err(ProgramError::new(ErrorCode::BadField, format!("cluster.profile.{f}"), message));
+    }
     let mut types: IndexMap<String, RelType> = IndexMap::new();
     for (name, decl) in &p.inputs {
         let t = types::input(decl).map_err(|e| at(name, "input", e))?;

@@ -10,6 +10,19 @@
 //!
 //! A filter on nodes lets callers extract the best plan of a strategy (only
 //! broadcast joins, only co-partitioned joins, …) for `alternatives`.
+//!
+//! **Under the time model** the figure minimized is not a sum of node costs
+//! (each stage is a maximum over sites), so this extractor alone cannot be
+//! exact. [`crate::optimize`] runs it under the e-nodes' exact stage times
+//! ([`crate::stage_cost`]) and under two additive weightings, each with every
+//! join-strategy restriction, and re-scores every distinct plan exactly
+//! ([`crate::time`]). How far that is from exact: every plan it reports is
+//! scored exactly, and the chosen plan is the fastest of the candidates; a
+//! plan outside the candidates can be faster only if (a) it reads a costlier
+//! physical source of an exchange that pays off later (an exchange is
+//! charged the cheapest source the e-graph holds), or (b) greedy DAG
+//! extraction misses it for the same reason it can miss the additive
+//! optimum (shared sub-plans chosen class by class).
 
 use crate::cost::{node_cost, Cost, Weights};
 use crate::egraph::{ExtractedPlan, Ia, TraEGraph};
@@ -56,6 +69,13 @@ impl NodeCosts {
             }
         }
         NodeCosts(all)
+    }
+}
+
+impl NodeCosts {
+    /// Node costs computed elsewhere (the time model's stage costs).
+    pub fn from_costs(costs: Vec<(Id, Ia, Cost)>) -> NodeCosts {
+        NodeCosts(costs)
     }
 }
 

@@ -15,11 +15,14 @@ pub mod error;
 pub mod extract;
 pub mod kernel;
 pub mod keyexpr;
+pub mod loads;
 pub mod optimize;
 pub mod placement;
 pub mod program;
 pub mod rule;
 pub mod rule_failure;
+pub mod stage_cost;
+pub mod time;
 pub mod types;
 
 pub use error::{ErrorCode, ProgramError};

@@ -6,17 +6,19 @@
 
 use crate::check::check_program;
 use crate::check::TypedProgram;
-use crate::cost::{Cost, Weights};
+use crate::cost::Weights;
 use crate::egraph::{
     add_program, current_rule, set_current_rule, start_iteration, take_merge_failure, ExtractedPlan, Ia, Param,
     TraAnalysis, TraEGraph,
 };
 use crate::error::{ErrorCode, ProgramError};
 use crate::extract::{choose_among, plan_cost, NoPlan, NodeCosts};
-use crate::program::{Plan, Program};
+use crate::loads::{total_per_site, LoadCache, SiteLoad};
+use crate::program::{IaOp, Plan, Program};
 use crate::rule::RuleDef;
 use crate::rule_failure::{self, catch_panic, AttemptError, RuleFailure};
 pub use crate::rule_failure::{OnRuleFailure, Warning};
+use crate::time::{plan_seconds, Bottleneck, CostModel, Profile};
 use crate::types::Placement;
 use egg::{Id, Language, Runner, StopReason};
 use indexmap::IndexMap;
@@ -56,8 +58,35 @@ pub enum JoinStrategy {
     Replicated,
 }
 
-/// The cost of a plan, as the API reports it.
-pub type PlanCost = Cost;
+/// The cost of a plan, as the API reports it: the network model's figures,
+/// the predicted time, and the figure the chosen model minimized.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PlanCost {
+    /// Floats delivered by shuffles and broadcasts (the paper's count).
+    pub network_floats: u64,
+    /// Floating-point operations of the kernels.
+    pub flops: u64,
+    /// The value the chosen cost model minimized: `α·network_floats +
+    /// β·flops` under `network`, `seconds` under `time`.
+    pub total: f64,
+    /// Predicted seconds under the cluster's profile ([`crate::time`]).
+    pub seconds: f64,
+    /// The stage, site and resource that bound `seconds` (none for a plan
+    /// without operators).
+    pub bottleneck: Option<Bottleneck>,
+}
+
+impl PlanCost {
+    /// Order of plans: the minimized figure, then flops, then network floats.
+    pub fn key(&self) -> (f64, u64, u64) {
+        (self.total, self.flops, self.network_floats)
+    }
+
+    /// The additive part: network floats, flops and the minimized figure.
+    pub fn additive(&self) -> crate::cost::Cost {
+        crate::cost::Cost { network_floats: self.network_floats, flops: self.flops, total: self.total }
+    }
+}
 
 /// One alternative plan.
 #[derive(Debug, Clone, Serialize)]
@@ -87,6 +116,11 @@ pub struct Stats {
     pub stop_reason: String,
     /// Wall time of the whole optimization, in milliseconds.
     pub optimize_ms: f64,
+    /// The cost model that chose the plan: `network` or `time`.
+    pub cost_model: CostModel,
+    /// Distinct plans scored exactly under the time model (the candidates
+    /// extraction gave; 0 under `network`).
+    pub plans_scored: usize,
 }
 
 /// The answer of `/v1/optimize`.
@@ -96,6 +130,9 @@ pub struct OptimizeAnswer {
     pub plan: Plan,
     /// Its cost.
     pub cost: PlanCost,
+    /// What each site sends, receives and computes over the whole chosen
+    /// plan (one entry per site): the figures behind `cost.seconds`.
+    pub site_loads: Vec<SiteLoad>,
     /// The best plan of each distinct strategy, cheapest first; the chosen plan first.
     pub alternatives: Vec<Alternative>,
     /// Rules that built the chosen plan, in plan order.
@@ -318,47 +355,85 @@ fn attempt(
         &[JoinStrategy::CoPartitioned, JoinStrategy::BroadcastBoth],
         &[JoinStrategy::Replicated, JoinStrategy::BroadcastBoth],
     ];
-    let mut alternatives: Vec<(Alternative, ExtractedPlan)> = Vec::new();
-    let costs = NodeCosts::new(&eg, w);
-    for allowed in restrictions {
-        let allow = |eg: &TraEGraph, _c: Id, n: &Ia| match join_strategy(eg, n) {
-            Some(s) => allowed.is_empty() || allowed.contains(&s),
-            None => true,
-        };
-        let choice = choose_among(&eg, &costs, &allow);
-        if crate::deadline::expired() {
-            return Err(AttemptError::Error(OptimizeError::Limit(format!(
-                "{} during extraction",
-                crate::deadline::reason()
-            ))));
-        }
-        let extracted = match choice.plan(&eg, &roots) {
-            Ok(x) => x,
-            Err(NoPlan { output }) if allowed.is_empty() => {
+    // Under `time`, extraction runs under several additive weightings (see
+    // `candidate_weights`) and every distinct plan it gives is scored exactly.
+    let mut cost_sets: Vec<NodeCosts> = Vec::new();
+    if cluster.cost_model == CostModel::Time {
+        match crate::stage_cost::stage_costs(&eg, &cluster.profile()) {
+            Some(c) => cost_sets.push(c),
+            None => {
                 return Err(AttemptError::Error(OptimizeError::Limit(format!(
-                "saturation stopped ({stop_reason}) before output `{output}` had an executable plan; raise the limits"
-            ))))
+                    "{} during extraction",
+                    crate::deadline::reason()
+                ))))
             }
-            Err(_) => continue,
-        };
-        let strategy = strategy_of(&eg, &extracted);
-        if alternatives.iter().any(|(a, _)| a.strategy == strategy) {
-            continue;
         }
-        let cost = plan_cost(&eg, &extracted, w);
-        let plan = extracted.to_plan(&p.inputs);
-        let label = label(&eg, &extracted, &strategy);
-        let built_by = crate::describe::built_by(&eg, &extracted, &plan);
-        alternatives.push((Alternative { label, strategy, plan, cost, built_by }, extracted));
+    }
+    for weights in candidate_weights(cluster.cost_model, w, &cluster.profile()) {
+        cost_sets.push(NodeCosts::new(&eg, weights));
+    }
+    let mut scorer = Scorer::new(cluster.sites, cluster.profile());
+    let mut alternatives: Vec<(Alternative, ExtractedPlan, Vec<SiteLoad>)> = Vec::new();
+    let mut seen: Vec<Plan> = Vec::new();
+    for (wi, costs) in cost_sets.iter().enumerate() {
+        for allowed in restrictions {
+            let allow = |eg: &TraEGraph, _c: Id, n: &Ia| match join_strategy(eg, n) {
+                Some(s) => allowed.is_empty() || allowed.contains(&s),
+                None => true,
+            };
+            let choice = choose_among(&eg, costs, &allow);
+            if crate::deadline::expired() {
+                return Err(AttemptError::Error(OptimizeError::Limit(format!(
+                    "{} during extraction",
+                    crate::deadline::reason()
+                ))));
+            }
+            let extracted = match choice.plan(&eg, &roots) {
+                Ok(x) => x,
+                Err(NoPlan { output }) if allowed.is_empty() && wi == 0 => {
+                    return Err(AttemptError::Error(OptimizeError::Limit(format!(
+                    "saturation stopped ({stop_reason}) before output `{output}` had an executable plan; raise the limits"
+                ))))
+                }
+                Err(_) => continue,
+            };
+            let plan = extracted.to_plan(&p.inputs);
+            if seen.contains(&plan) {
+                continue;
+            }
+            seen.push(plan.clone());
+            let strategy = strategy_of(&eg, &extracted);
+            let net = plan_cost(&eg, &extracted, w);
+            let (seconds, bottleneck, sites) =
+                scorer.score(&plan).map_err(|e| AttemptError::Error(OptimizeError::Internal(e)))?;
+            let total = match cluster.cost_model {
+                CostModel::Network => net.total,
+                CostModel::Time => seconds,
+            };
+            let cost = PlanCost { network_floats: net.network_floats, flops: net.flops, total, seconds, bottleneck };
+            // One alternative per strategy: the cheapest under the chosen model.
+            if let Some(i) = alternatives.iter().position(|(a, _, _)| a.strategy == strategy) {
+                if cost.key() < alternatives[i].0.cost.key() {
+                    let label = label(&eg, &extracted, &strategy);
+                    let built_by = crate::describe::built_by(&eg, &extracted, &plan);
+                    alternatives[i] = (Alternative { label, strategy, plan, cost, built_by }, extracted, sites);
+                }
+                continue;
+            }
+            let label = label(&eg, &extracted, &strategy);
+            let built_by = crate::describe::built_by(&eg, &extracted, &plan);
+            alternatives.push((Alternative { label, strategy, plan, cost, built_by }, extracted, sites));
+        }
     }
     alternatives.sort_by(|a, b| a.0.cost.key().partial_cmp(&b.0.cost.key()).unwrap_or(std::cmp::Ordering::Equal));
-    let (chosen, chosen_expr) = alternatives[0].clone();
+    let (chosen, chosen_expr, site_loads) = alternatives[0].clone();
 
     let rules_applied = rules_applied(&eg, &chosen_expr);
     Ok(OptimizeAnswer {
         plan: chosen.plan.clone(),
-        cost: chosen.cost,
-        alternatives: alternatives.into_iter().map(|(a, _)| a).collect(),
+        cost: chosen.cost.clone(),
+        site_loads,
+        alternatives: alternatives.into_iter().map(|(a, _, _)| a).collect(),
         rules_applied,
         warnings: Vec::new(),
         stats: Stats {
@@ -367,8 +442,62 @@ fn attempt(
             iterations,
             stop_reason: stop_reason.to_string(),
             optimize_ms: start.elapsed().as_secs_f64() * 1000.0,
+            cost_model: cluster.cost_model,
+            plans_scored: if cluster.cost_model == CostModel::Time { seen.len() } else { 0 },
         },
     })
+}
+
+/// The additive weightings extraction runs under. Under `network`, the
+/// request's own weights only (the paper's model, unchanged). Under `time`,
+/// extraction first runs under the e-nodes' stage times
+/// ([`crate::stage_cost`]), then, for more candidates, under two sums:
+/// each float and flop priced at one site's link and processor speed (the
+/// plan's time if every stage were perfectly spread) and network floats
+/// alone. Each restriction to one join strategy adds the best plan of that
+/// strategy under each. Every distinct candidate is then scored exactly
+/// ([`crate::time`]), and the least predicted time wins.
+fn candidate_weights(model: CostModel, w: Weights, p: &Profile) -> Vec<Weights> {
+    match model {
+        CostModel::Network => vec![w],
+        CostModel::Time => vec![
+            Weights {
+                network: p.bytes_per_float as f64 / p.link_bytes_per_second,
+                compute: 1.0 / p.site_flops_per_second,
+            },
+            Weights { network: 1.0, compute: 0.0 },
+        ],
+    }
+}
+
+/// Exact predicted time of plans, sharing the per-site loads of common
+/// sub-plans ([`LoadCache`]).
+pub struct Scorer {
+    sites: usize,
+    profile: Profile,
+    cache: LoadCache,
+}
+
+impl Scorer {
+    /// A scorer for plans on `sites` sites under `profile`.
+    pub fn new(sites: usize, profile: Profile) -> Scorer {
+        Scorer { sites, profile, cache: LoadCache::new(sites, profile.bytes_per_float) }
+    }
+
+    fn loads(&mut self, plan: &Plan) -> Result<IndexMap<String, std::sync::Arc<crate::loads::OpLoads>>, String> {
+        let typed =
+            crate::check::check_plan(plan, self.sites).map_err(|e| format!("an extracted plan does not check: {e}"))?;
+        self.cache.plan_loads(plan, &typed).map_err(|e| e.to_string())
+    }
+
+    /// A plan's predicted seconds, bottleneck, and every site's load over
+    /// the whole plan.
+    pub fn score(&mut self, plan: &Plan) -> Result<(f64, Option<Bottleneck>, Vec<SiteLoad>), String> {
+        let loads = self.loads(plan)?;
+        let exchange = |n: &str| matches!(plan.nodes.get(n), Some(IaOp::Shuffle { .. } | IaOp::Broadcast { .. }));
+        let (seconds, bottleneck) = plan_seconds(&loads, &exchange, &self.profile);
+        Ok((seconds, bottleneck, total_per_site(&loads, self.sites)))
+    }
 }
 
 /// The rules that first built the nodes of a plan, in plan order, without repeats.

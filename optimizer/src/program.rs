@@ -8,6 +8,7 @@
 use crate::error::{ErrorCode, ProgramError, Result};
 use crate::kernel::KernelRef;
 use crate::keyexpr::{KeyFn, Predicate};
+use crate::time::{CostModel, Profile};
 use indexmap::IndexMap;
 use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
@@ -58,6 +59,25 @@ pub struct Cluster {
     /// β, the weight of a floating-point operation.
     #[serde(default)]
     pub compute_weight: f64,
+    /// Which figure the optimizer minimizes: `network` (α·network_floats +
+    /// β·flops, the default) or `time` (predicted seconds under `profile`).
+    #[serde(default, skip_serializing_if = "is_network")]
+    pub cost_model: CostModel,
+    /// The cluster's speeds, for predicted seconds (reported under either
+    /// model); [`Profile::default`] when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profile: Option<Profile>,
+}
+
+impl Cluster {
+    /// The profile in use: the request's, or the defaults.
+    pub fn profile(&self) -> Profile {
+        self.profile.unwrap_or_default()
+    }
+}
+
+fn is_network(m: &CostModel) -> bool {
+    *m == CostModel::Network
 }
 
 fn default_sites() -> usize {
@@ -69,7 +89,13 @@ fn one() -> f64 {
 
 impl Default for Cluster {
     fn default() -> Self {
-        Cluster { sites: default_sites(), network_weight: 1.0, compute_weight: 0.0 }
+        Cluster {
+            sites: default_sites(),
+            network_weight: 1.0,
+            compute_weight: 0.0,
+            cost_model: CostModel::Network,
+            profile: None,
+        }
     }
 }
 

@@ -224,6 +224,32 @@ test("the page of tra serve", async (t) => {
     await page.waitForFunction(() => document.body.dataset.sites === "10");
   });
 
+  await t.test("predicted seconds per alternative, per-site loads, the profile, and the cost-model switch", async () => {
+    const seconds = await page.$$eval(".alt-card .alt-seconds", (xs) => xs.map((x) => Number(x.dataset.seconds)));
+    assert.ok(seconds.length >= 3 && seconds.every((s) => Number.isFinite(s) && s > 0), `predicted seconds on every card: ${seconds}`);
+    const texts = await page.$$eval(".alt-card .alt-seconds", (xs) => xs.map((x) => x.textContent));
+    assert.ok(texts.every((t) => /\d.*(s|ms|µs)$/.test(t)), `seconds written with a unit: ${texts}`);
+    const rows = await page.$$eval("#siteLoads .load-row", (rs) => rs.map((r) => ({flops: Number(r.dataset.flops), out: Number(r.dataset.bytesOut)})));
+    assert.equal(rows.length, 10, "one load row per site of the example's 10");
+    assert.ok(rows.some((r) => r.flops > 0), "some site computes");
+    assert.match(await page.$eval("#profileInUse", (e) => e.textContent), /profile \(defaults\): link 1\.25 GB\/s/);
+    assert.equal(await page.$eval("#costModel", (e) => e.value), "network");
+    const before = await alternatives();
+    await page.selectOption("#costModel", "time");
+    await page.waitForFunction(() => /"cost_model": "time"/.test(document.querySelector("#program").value));
+    await settled();
+    assert.equal(await page.evaluate(() => window.__tra.answer.stats.cost_model), "time");
+    const after = await alternatives();
+    const secs = await page.$$eval(".alt-card .alt-seconds", (xs) => xs.map((x) => Number(x.dataset.seconds)));
+    for (let i = 1; i < secs.length; i++) assert.ok(secs[i - 1] <= secs[i], `ranked by predicted seconds under time: ${secs}`);
+    assert.notDeepEqual(after.map((a) => a.total), before.map((a) => a.total), "the costs are now seconds");
+    assert.match(await page.$eval("#summary", (e) => e.textContent), /time model/);
+    // back to the network model, by editing the program: the switch follows
+    await page.selectOption("#costModel", "network");
+    await page.waitForFunction(() => /"cost_model": "network"/.test(document.querySelector("#program").value));
+    await settled();
+  });
+
   await t.test("Run executes a scaled-down copy and shows measured against predicted floats", async () => {
     const note = await page.$eval("#runNote", (e) => e.textContent);
     assert.match(note, /scaled-down copy/, "the page says the built-in matmul runs scaled down");

@@ -82,6 +82,10 @@ pub struct ServeArgs {
     /// Time requests in flight get to finish on shutdown, in milliseconds.
     #[arg(long, default_value_t = 5_000)]
     pub shutdown_grace_ms: u64,
+    /// The cluster profile (JSON, as `tra calibrate` prints it) used by the
+    /// time cost model for requests that give no `cluster.profile`.
+    #[arg(long, value_name = "FILE")]
+    pub profile: Option<String>,
     /// Where `POST /v1/execute` runs: threads, or the workers of a host file.
     #[command(flatten)]
     pub cluster: crate::cluster::ServeClusterArgs,
@@ -112,6 +116,7 @@ impl ServeArgs {
             header_timeout: Duration::from_millis(self.header_timeout_ms),
             body_timeout: Duration::from_millis(self.body_timeout_ms),
             shutdown_grace: Duration::from_millis(self.shutdown_grace_ms),
+            profile: self.profile.as_deref().map(crate::cost_model::read_profile).transpose()?,
             ..d
         })
     }

@@ -132,9 +132,46 @@ pub fn document(config: &ServerConfig) -> Value {
             "properties": {
                 "sites": {"type": "integer", "minimum": 1, "default": 4},
                 "network_weight": {"type": "number", "default": 1, "description": "α in α·network_floats + β·flops"},
-                "compute_weight": {"type": "number", "default": 0, "description": "β in α·network_floats + β·flops"}
+                "compute_weight": {"type": "number", "default": 0, "description": "β in α·network_floats + β·flops"},
+                "cost_model": {"type": "string", "enum": ["network", "time"], "default": "network",
+                    "description": "What the optimizer minimizes: `network` (α·network_floats + β·flops, the paper's model) \
+                                    or `time` (predicted seconds under `profile`, from exact per-site loads)"},
+                "profile": r("Profile")
             },
             "additionalProperties": false
+        },
+        "Profile": {
+            "type": "object",
+            "description": "The cluster's speeds that the time model uses (`tra calibrate` measures them and prints this object)",
+            "properties": {
+                "link_bytes_per_second": {"type": "number", "default": 1.25e9,
+                    "description": "Bytes per second of each site's own link, each direction"},
+                "site_flops_per_second": {"type": "number", "default": 1.0e11, "description": "Flops per second of each site"},
+                "latency_seconds": {"type": "number", "default": 1e-4, "description": "Fixed time of one exchange (shuffle or broadcast)"},
+                "bytes_per_float": {"type": "integer", "default": 4, "minimum": 1, "maximum": 16, "description": "Bytes of one float on the wire"}
+            },
+            "additionalProperties": false
+        },
+        "Bottleneck": {
+            "type": ["object", "null"],
+            "description": "The stage that takes longest, its busiest site and the resource bounding it; null for a plan without operators",
+            "properties": {
+                "node": {"type": "string", "description": "The plan operator"},
+                "site": {"type": "integer"},
+                "resource": {"type": "string", "enum": ["compute", "link_in", "link_out"]},
+                "seconds": {"type": "number", "description": "That stage's predicted seconds"}
+            },
+            "required": ["node", "site", "resource", "seconds"]
+        },
+        "SiteLoad": {
+            "type": "object",
+            "description": "What one site does over a whole plan",
+            "properties": {
+                "bytes_out": {"type": "integer", "description": "Bytes it sends over its link"},
+                "bytes_in": {"type": "integer", "description": "Bytes it receives over its link"},
+                "flops": {"type": "integer", "description": "Flops it computes"}
+            },
+            "required": ["bytes_out", "bytes_in", "flops"]
         },
         "Program": {
             "type": "object",
@@ -162,9 +199,11 @@ pub fn document(config: &ServerConfig) -> Value {
             "properties": {
                 "network_floats": {"type": "integer", "description": "Floats moved by shuffles and broadcasts"},
                 "flops": {"type": "integer"},
-                "total": {"type": "number", "description": "α·network_floats + β·flops"}
+                "total": {"type": "number", "description": "The value the chosen cost model minimized: α·network_floats + β·flops, or seconds"},
+                "seconds": {"type": "number", "description": "Predicted seconds under the cluster's profile (either model)"},
+                "bottleneck": r("Bottleneck")
             },
-            "required": ["network_floats", "flops", "total"]
+            "required": ["network_floats", "flops", "total", "seconds", "bottleneck"]
         },
         "Alternative": {
             "type": "object",
@@ -209,15 +248,19 @@ pub fn document(config: &ServerConfig) -> Value {
                 "egraph_classes": {"type": "integer"},
                 "iterations": {"type": "integer"},
                 "stop_reason": {"type": "string", "enum": ["saturated", "node_limit", "time_limit", "iteration_limit"]},
-                "optimize_ms": {"type": "number"}
+                "optimize_ms": {"type": "number"},
+                "cost_model": {"type": "string", "enum": ["network", "time"], "description": "The cost model that chose the plan"},
+                "plans_scored": {"type": "integer", "description": "Distinct candidate plans scored exactly under `time` (0 under `network`)"}
             },
-            "required": ["egraph_nodes", "egraph_classes", "iterations", "stop_reason", "optimize_ms"]
+            "required": ["egraph_nodes", "egraph_classes", "iterations", "stop_reason", "optimize_ms", "cost_model", "plans_scored"]
         },
         "OptimizeAnswer": {
             "type": "object",
             "properties": {
                 "plan": r("Plan"),
                 "cost": r("Cost"),
+                "site_loads": {"type": "array", "items": r("SiteLoad"),
+                    "description": "Per site (index = site), the bytes sent and received and the flops of the whole chosen plan"},
                 "alternatives": {"type": "array", "items": r("Alternative"),
                     "description": "The best plan of each distinct strategy, cheapest first; alternatives[0] is the chosen plan"},
                 "rules_applied": {"type": "array", "items": {"type": "string"}},
@@ -228,7 +271,7 @@ pub fn document(config: &ServerConfig) -> Value {
                 "stats": r("Stats"),
                 "report": r("PlanReport")
             },
-            "required": ["plan", "cost", "alternatives", "rules_applied", "warnings", "stats"]
+            "required": ["plan", "cost", "site_loads", "alternatives", "rules_applied", "warnings", "stats"]
         },
         "Warning": {
             "type": "object",

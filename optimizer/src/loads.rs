@@ -1,0 +1,432 @@
+//! Per-site loads: for every operator of a plan, the bytes each site sends
+//! and receives over its link and the flops each site computes.
+//!
+//! Why per site: the network model ([`crate::cost`]) counts what a plan moves
+//! in total, which is exact but blind to *where* the work lands. A local join
+//! whose tuples sit on 2 of 10 sites runs at the speed of those 2; a broadcast
+//! from one site is bounded by that site's uplink. The time model
+//! ([`crate::time`]) charges the busiest site, so it needs these figures.
+//!
+//! **How they are found.** Frontiers and placement functions are exact, so the
+//! site of every tuple of every value is known before anything runs: inputs
+//! are placed by their declared placement (an `any` input round-robin in key
+//! order, as the runtimes place it), and each operator's output is derived
+//! from its operands' layouts by the IA semantics of the reference
+//! interpreter, on keys alone (no blocks). The layout of a value is the list of
+//! its `(key, site)` pairs, with "every site" for a replicated tuple.
+//!
+//! **What is counted** (the runtimes do exactly this):
+//! - `shuffle(dims)`: a tuple on site `a` bound for `b = h(key[dims])` costs
+//!   its bytes on `a`'s outgoing link and `b`'s incoming link when `a ≠ b`; a
+//!   tuple already on `b` does not use a link; a replicated tuple is kept
+//!   where it is bound (every site holds a copy), so it moves nothing.
+//! - `broadcast`: a tuple on site `a` leaves `a` once per other site
+//!   (`sites − 1` copies on `a`'s uplink) and enters every other site once; a
+//!   replicated tuple is already everywhere and moves nothing.
+//! - `local_join`: one kernel call per output tuple, on the site where it is
+//!   made; one made on every site (both operands replicated) counts on every
+//!   site.
+//! - `local_aggregate`: per (group, site), `n − 1` kernel calls for the `n`
+//!   tuples folded there (a concat aggregation is a copy: no flops); a
+//!   replicated group is folded on every site.
+//! - `local_map`: one kernel call per input tuple on its site; `local_filter`
+//!   is free.
+//!
+//! These differ from the network model's "floats moved" in two ways the
+//! network model makes on purpose (it is the paper's `Size(R)`): a tuple that
+//! a shuffle keeps on its own site, and a broadcast's copy to its own site,
+//! are not on any link here.
+//!
+//! Layouts are memoized by the structure of the sub-plan that makes them
+//! ([`LoadCache`]), so the alternatives of one optimization share the work of
+//! their common sub-plans.
+
+use crate::check::TypedPlan;
+use crate::kernel::KernelRef;
+use crate::keyexpr::Key;
+use crate::placement::site_of;
+use crate::program::{IaOp, Operator, PlacementDecl, Plan};
+use crate::types::{concat_params, PhysType};
+use indexmap::IndexMap;
+use rustc_hash::FxHashMap;
+use serde::Serialize;
+use std::collections::hash_map::DefaultHasher;
+use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+
+/// The site of a tuple: one site, or every site (a replicated tuple).
+pub const EVERYWHERE: u32 = u32::MAX;
+
+/// The `(key, site)` pairs of a physical value ([`EVERYWHERE`] for a
+/// replicated tuple). A partial aggregate holds a key once per site it is on.
+pub type Layout = Vec<(Key, u32)>;
+
+/// What one site does in one operator.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+pub struct SiteLoad {
+    /// Bytes this site sends over its link.
+    pub bytes_out: u64,
+    /// Bytes this site receives over its link.
+    pub bytes_in: u64,
+    /// Floating-point operations this site computes.
+    pub flops: u64,
+}
+
+impl std::ops::AddAssign for SiteLoad {
+    fn add_assign(&mut self, o: SiteLoad) {
+        self.bytes_out = self.bytes_out.saturating_add(o.bytes_out);
+        self.bytes_in = self.bytes_in.saturating_add(o.bytes_in);
+        self.flops = self.flops.saturating_add(o.flops);
+    }
+}
+
+/// The per-site loads of one operator: one entry per site.
+pub type OpLoads = Vec<SiteLoad>;
+
+/// A value's layout and the per-site loads of the operator that made it.
+#[derive(Debug)]
+pub(crate) struct Evaluated {
+    pub(crate) layout: Arc<Layout>,
+    pub(crate) loads: Arc<OpLoads>,
+}
+
+/// Why per-site loads could not be found (a plan that does not check, or a
+/// key space too large to enumerate).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("per-site loads of `{node}`: {message}")]
+pub struct LoadError {
+    /// The operator (or input) at fault.
+    pub node: String,
+    /// What is wrong.
+    pub message: String,
+}
+
+/// Layouts and loads of sub-plans already evaluated, by the structure of the
+/// sub-plan (operator, parameters and operands' structure), at `sites` sites
+/// and `bytes_per_float`.
+pub struct LoadCache {
+    sites: usize,
+    bytes_per_float: u64,
+    done: HashMap<u64, Arc<Evaluated>>,
+}
+
+impl LoadCache {
+    /// An empty cache for plans on `sites` sites.
+    pub fn new(sites: usize, bytes_per_float: u64) -> LoadCache {
+        LoadCache { sites: sites.max(1), bytes_per_float, done: HashMap::new() }
+    }
+
+    /// The per-site loads of every operator of a checked plan, by name, in
+    /// evaluation order.
+    pub fn plan_loads(&mut self, plan: &Plan, typed: &TypedPlan) -> Result<IndexMap<String, Arc<OpLoads>>, LoadError> {
+        let mut shape: HashMap<&str, u64> = HashMap::new();
+        let mut out = IndexMap::new();
+        for (name, decl) in &plan.inputs {
+            let mut h = DefaultHasher::new();
+            ("input", name, format!("{decl:?}")).hash(&mut h);
+            let key = h.finish();
+            shape.insert(name, key);
+            if !self.done.contains_key(&key) {
+                let layout = self.input_layout(name, &decl.placement, &typed.types[name])?;
+                let zero = Arc::new(vec![SiteLoad::default(); self.sites]);
+                self.done.insert(key, Arc::new(Evaluated { layout: Arc::new(layout), loads: zero }));
+            }
+        }
+        for name in &typed.order {
+            let op = &plan.nodes[name];
+            let mut h = DefaultHasher::new();
+            format!("{op:?}").hash(&mut h);
+            for child in op.operands() {
+                shape.get(child).hash(&mut h);
+            }
+            let key = h.finish();
+            shape.insert(name, key);
+            let done = match self.done.get(&key) {
+                Some(d) => d.clone(),
+                None => {
+                    let operands: Vec<Arc<Evaluated>> =
+                        op.operands().iter().map(|n| self.done[&shape[n]].clone()).collect();
+                    let d = Arc::new(self.eval_op(name, op, &operands, &typed.types, true)?);
+                    self.done.insert(key, d.clone());
+                    d
+                }
+            };
+            out.insert(name.clone(), done.loads.clone());
+        }
+        Ok(out)
+    }
+
+    pub(crate) fn input_layout(
+        &self,
+        name: &str,
+        placement: &PlacementDecl,
+        t: &PhysType,
+    ) -> Result<Layout, LoadError> {
+        let keys = t.rel.key_list().map_err(|e| LoadError { node: name.to_string(), message: e.message })?;
+        let s = self.sites;
+        Ok(keys
+            .iter()
+            .enumerate()
+            .map(|(i, k)| {
+                let site = match placement {
+                    _ if s == 1 => 0,
+                    PlacementDecl::Hash(d) => site_of(k, d, s) as u32,
+                    PlacementDecl::Replicated => EVERYWHERE,
+                    PlacementDecl::Any => (i % s) as u32,
+                };
+                (k.clone(), site)
+            })
+            .collect())
+    }
+
+    pub(crate) fn eval_op(
+        &self,
+        node: &str,
+        op: &IaOp,
+        args: &[Arc<Evaluated>],
+        types: &IndexMap<String, PhysType>,
+        want_layout: bool,
+    ) -> Result<Evaluated, LoadError> {
+        let ty = |n: &String| &types[n.as_str()];
+        let s = self.sites;
+        let err = |message: String| LoadError { node: node.to_string(), message };
+        let mut loads = vec![SiteLoad::default(); s];
+        let flops_at = |loads: &mut Vec<SiteLoad>, site: u32, f: u64| {
+            if site == EVERYWHERE {
+                loads.iter_mut().for_each(|l| l.flops = l.flops.saturating_add(f));
+            } else {
+                let l = &mut loads[site as usize];
+                l.flops = l.flops.saturating_add(f);
+            }
+        };
+        let layout: Layout = match op {
+            IaOp::Broadcast { input } => {
+                let bytes = self.tuple_bytes(ty(input));
+                let others = s as u64 - 1;
+                for (_, site) in args[0].layout.iter() {
+                    if *site != EVERYWHERE {
+                        loads[*site as usize].bytes_out += others * bytes;
+                        for (b, l) in loads.iter_mut().enumerate() {
+                            if b as u32 != *site {
+                                l.bytes_in += bytes;
+                            }
+                        }
+                    }
+                }
+                if want_layout {
+                    args[0].layout.iter().map(|(k, _)| (k.clone(), EVERYWHERE)).collect()
+                } else {
+                    Vec::new()
+                }
+            }
+            IaOp::Shuffle { input, dims } => {
+                let bytes = self.tuple_bytes(ty(input));
+                let mut out = Vec::with_capacity(args[0].layout.len());
+                for (k, site) in args[0].layout.iter() {
+                    if dims.iter().any(|&d| d >= k.len()) {
+                        return Err(err(format!("shuffle dims {dims:?} outside key {k:?}")));
+                    }
+                    let to = site_of(k, dims, s) as u32;
+                    if *site != EVERYWHERE && *site != to {
+                        loads[*site as usize].bytes_out += bytes;
+                        loads[to as usize].bytes_in += bytes;
+                    }
+                    if want_layout {
+                        out.push((k.clone(), to));
+                    }
+                }
+                out
+            }
+            IaOp::LocalJoin { left, right, left_keys, right_keys, kernel } => {
+                let per = kernel.flops(&[&ty(left).rel.array_bounds, &ty(right).rel.array_bounds]);
+                let project =
+                    |k: &Key, dims: &[usize]| -> Option<Key> { dims.iter().map(|&d| k.get(d).copied()).collect() };
+                let mut index: FxHashMap<Key, Vec<(&Key, u32)>> = FxHashMap::default();
+                for (k, site) in args[1].layout.iter() {
+                    let jk = project(k, right_keys)
+                        .ok_or_else(|| err(format!("right key {k:?} has no dims {right_keys:?}")))?;
+                    index.entry(jk).or_default().push((k, *site));
+                }
+                let mut out = Vec::new();
+                for (lk, ls) in args[0].layout.iter() {
+                    let jk = project(lk, left_keys)
+                        .ok_or_else(|| err(format!("left key {lk:?} has no dims {left_keys:?}")))?;
+                    for (rk, rs) in index.get(&jk).map(Vec::as_slice).unwrap_or(&[]) {
+                        let site = match (*ls, *rs) {
+                            (a, b) if a == b => a,
+                            (EVERYWHERE, b) => b,
+                            (a, EVERYWHERE) => a,
+                            _ => continue,
+                        };
+                        flops_at(&mut loads, site, per);
+                        if want_layout {
+                            let mut key = lk.clone();
+                            key.extend(rk.iter().enumerate().filter(|(d, _)| !right_keys.contains(d)).map(|(_, c)| *c));
+                            out.push((key, site));
+                        }
+                    }
+                }
+                out
+            }
+            IaOp::LocalAggregate { input, group_by, kernel } => {
+                let per = aggregate_flops(ty(input), kernel);
+                let mut groups: FxHashMap<Key, Vec<u32>> = FxHashMap::default();
+                for (k, site) in args[0].layout.iter() {
+                    let g: Option<Key> = group_by.iter().map(|&d| k.get(d).copied()).collect();
+                    let g = g.ok_or_else(|| err(format!("key {k:?} has no group-by dims {group_by:?}")))?;
+                    groups.entry(g).or_default().push(*site);
+                }
+                let mut out = Vec::new();
+                for (g, members) in groups {
+                    let everywhere = members.iter().filter(|&&m| m == EVERYWHERE).count() as u64;
+                    if everywhere == members.len() as u64 {
+                        flops_at(&mut loads, EVERYWHERE, (everywhere - 1).saturating_mul(per));
+                        out.push((g, EVERYWHERE));
+                        continue;
+                    }
+                    let mut at: Vec<(u32, u64)> = Vec::new();
+                    for m in members.iter().filter(|&&m| m != EVERYWHERE) {
+                        match at.iter_mut().find(|(site, _)| site == m) {
+                            Some((_, n)) => *n += 1,
+                            None => at.push((*m, 1)),
+                        }
+                    }
+                    if everywhere == 0 {
+                        for (site, n) in at {
+                            flops_at(&mut loads, site, (n - 1).saturating_mul(per));
+                            if want_layout {
+                                out.push((g.clone(), site));
+                            }
+                        }
+                        continue;
+                    }
+                    // Replicated members are on every site: each site folds them
+                    // with its own.
+                    for site in 0..s as u32 {
+                        let n = at.iter().find(|(x, _)| *x == site).map_or(0, |(_, n)| *n) + everywhere;
+                        flops_at(&mut loads, site, (n - 1).saturating_mul(per));
+                        if want_layout {
+                            out.push((g.clone(), site));
+                        }
+                    }
+                }
+                out
+            }
+            IaOp::LocalFilter { predicate, .. } => {
+                let mut out = Vec::new();
+                for (k, site) in args[0].layout.iter() {
+                    if predicate.eval(k).map_err(|e| err(e.to_string()))? {
+                        out.push((k.clone(), *site));
+                    }
+                }
+                out
+            }
+            IaOp::LocalMap { input, key, kernel } => {
+                let per = kernel.as_ref().map(|k| k.flops(&[&ty(input).rel.array_bounds])).unwrap_or(0);
+                let mut out = Vec::new();
+                for (k, site) in args[0].layout.iter() {
+                    flops_at(&mut loads, *site, per);
+                    if !want_layout {
+                        continue;
+                    }
+                    match key {
+                        Some(f) => {
+                            for k in f.eval(k).map_err(|e| err(e.to_string()))? {
+                                out.push((k, *site));
+                            }
+                        }
+                        None => out.push((k.clone(), *site)),
+                    }
+                }
+                out
+            }
+        };
+        Ok(Evaluated { layout: Arc::new(layout), loads: Arc::new(loads) })
+    }
+
+    fn tuple_bytes(&self, t: &PhysType) -> u64 {
+        t.rel.block_floats().saturating_mul(self.bytes_per_float)
+    }
+}
+
+/// Flops of one fold step of an aggregation kernel (a concat is a copy).
+pub fn aggregate_flops(input: &PhysType, kernel: &KernelRef) -> u64 {
+    if concat_params(kernel).is_some() {
+        0
+    } else {
+        kernel.flops(&[&input.rel.array_bounds, &input.rel.array_bounds])
+    }
+}
+
+/// The per-site loads of every operator of a checked plan (a fresh cache).
+pub fn plan_loads(
+    plan: &Plan,
+    typed: &TypedPlan,
+    sites: usize,
+    bytes_per_float: u64,
+) -> Result<IndexMap<String, Arc<OpLoads>>, LoadError> {
+    LoadCache::new(sites, bytes_per_float).plan_loads(plan, typed)
+}
+
+/// Every site's load summed over the operators of a plan.
+pub fn total_per_site(loads: &IndexMap<String, Arc<OpLoads>>, sites: usize) -> Vec<SiteLoad> {
+    let mut out = vec![SiteLoad::default(); sites.max(1)];
+    for op in loads.values() {
+        for (o, l) in out.iter_mut().zip(op.iter()) {
+            *o += *l;
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::check::check_plan;
+
+    fn loads_of(plan: &str, sites: usize) -> IndexMap<String, Arc<OpLoads>> {
+        let plan = Plan::from_json(plan).unwrap();
+        let typed = check_plan(&plan, sites).unwrap();
+        plan_loads(&plan, &typed, sites, 4).unwrap()
+    }
+
+    #[test]
+    fn a_broadcast_from_one_site_loads_its_uplink_with_every_copy() {
+        // Every tuple of X on one site (hash on no dims): that site sends
+        // each block to the 3 others; each other site receives all of X.
+        let l = loads_of(
+            r#"{"inputs": {"X": {"key_bounds": [5], "array_bounds": [2, 3], "placement": {"hash": []}}},
+                "nodes": {"B": {"op": "broadcast", "input": "X"}}, "outputs": ["B"]}"#,
+            4,
+        );
+        let src = crate::placement::site_of(&[0], &[], 4);
+        let bytes = 5 * 6 * 4;
+        for (s, load) in l["B"].iter().enumerate() {
+            if s == src {
+                assert_eq!((load.bytes_out, load.bytes_in), (3 * bytes, 0));
+            } else {
+                assert_eq!((load.bytes_out, load.bytes_in), (0, bytes));
+            }
+        }
+    }
+
+    #[test]
+    fn a_shuffle_onto_the_same_placement_moves_nothing_and_a_join_computes_where_its_tuples_are() {
+        let l = loads_of(
+            r#"{"inputs": {"X": {"key_bounds": [6], "array_bounds": [2, 2], "placement": {"hash": [0]}},
+                           "Y": {"key_bounds": [6], "array_bounds": [2, 2], "placement": {"hash": [0]}}},
+                "nodes": {"S": {"op": "shuffle", "input": "X", "dims": [0]},
+                          "J": {"op": "local_join", "left": "S", "right": "Y", "left_keys": [0], "right_keys": [0],
+                                "kernel": "matMul"}},
+                "outputs": ["J"]}"#,
+            3,
+        );
+        assert!(l["S"].iter().all(|x| x.bytes_in == 0 && x.bytes_out == 0));
+        let mut per_site = [0u64; 3];
+        for k in 0..6u32 {
+            per_site[crate::placement::site_of(&[k], &[0], 3)] += 16; // 2·2³ flops per matMul
+        }
+        assert_eq!(l["J"].iter().map(|x| x.flops).collect::<Vec<_>>(), per_site.to_vec());
+    }
+}

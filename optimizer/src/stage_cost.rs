@@ -1,0 +1,143 @@
+//! Stage costs of e-nodes: the time model's figure for one operator, found
+//! in the e-graph before any plan is extracted, so that extraction under
+//! `"cost_model": "time"` can prefer plans whose work is spread.
+//!
+//! A P class's value is exact *with its sites* (see [`crate::egraph`]), so
+//! the layout of its tuples (which key on which site) is a class invariant:
+//! it is computed once per class, from any of its nodes whose operands'
+//! layouts are known ([`crate::loads`] gives the semantics). The stage time
+//! of a local operator is then a function of the node alone, exactly as the
+//! time model charges it. An exchange's stage time depends on which physical
+//! source of its (logical) operand the plan uses: a node is charged the least
+//! over the sources the e-graph holds, a lower bound that is exact when the
+//! plan reads that source. Plans extracted under these costs are re-scored
+//! exactly ([`crate::optimize::Scorer`]).
+
+use crate::cost::{node_cost, Cost, Weights};
+use crate::egraph::nodes::{ia_op, leaf};
+use crate::egraph::{Ia, TraEGraph};
+use crate::extract::NodeCosts;
+use crate::loads::{Evaluated, Layout, LoadCache};
+use crate::program::IaOp;
+use crate::time::{stage_seconds, Profile};
+use crate::types::PhysType;
+use egg::Id;
+use indexmap::IndexMap;
+use rustc_hash::FxHashMap as HashMap;
+use std::sync::Arc;
+
+/// The layouts of the P classes that have one (computed to a fixed point).
+struct Layouts<'a> {
+    eg: &'a TraEGraph,
+    cache: LoadCache,
+    of: HashMap<Id, Arc<Layout>>,
+}
+
+impl<'a> Layouts<'a> {
+    fn phys(&self, id: Id) -> Option<&'a PhysType> {
+        self.eg[id].data.phys()
+    }
+
+    /// The physical sources (`erase(P)`) of an L class whose layout is known.
+    fn sources(&self, l: Id) -> Vec<Id> {
+        self.eg[l]
+            .nodes
+            .iter()
+            .filter_map(|n| match n {
+                Ia::Erase(p) => Some(self.eg.find(*p)),
+                _ => None,
+            })
+            .filter(|p| self.of.contains_key(p))
+            .collect()
+    }
+
+    /// Evaluate `node` of `class` with operand P classes `args` (in operand
+    /// order): its output layout and per-site loads.
+    fn eval(&self, node: &Ia, args: &[Id], want_layout: bool) -> Option<Evaluated> {
+        let names = ["a", "b"];
+        let op: IaOp = ia_op(node, |id| leaf(self.eg, id), &names[..args.len()]).ok()?;
+        let mut types: IndexMap<String, PhysType> = IndexMap::new();
+        let mut evaluated = Vec::new();
+        for (name, a) in names.iter().zip(args) {
+            types.insert(name.to_string(), self.phys(*a)?.clone());
+            let layout = self.of.get(a)?.clone();
+            evaluated.push(Arc::new(Evaluated { layout, loads: Arc::new(Vec::new()) }));
+        }
+        self.cache.eval_op("(e-graph)", &op, &evaluated, &types, want_layout).ok()
+    }
+
+    /// The layout of a class from one of its nodes, if its operands' are known.
+    fn layout_from(&self, class: Id, node: &Ia) -> Option<Arc<Layout>> {
+        match node {
+            Ia::Input(n) => {
+                let name = leaf(self.eg, *n).ok()?.as_name().ok()?;
+                let decl = self.eg.analysis.inputs.get(name)?;
+                Some(Arc::new(self.cache.input_layout(name, &decl.placement, self.phys(class)?).ok()?))
+            }
+            Ia::Shuffle([_, l]) | Ia::Broadcast(l) => {
+                let src = *self.sources(self.eg.find(*l)).first()?;
+                Some(self.eval(node, &[src], true)?.layout)
+            }
+            Ia::LJoin([_, _, _, a, b]) => Some(self.eval(node, &[self.eg.find(*a), self.eg.find(*b)], true)?.layout),
+            Ia::LAgg([_, _, x]) | Ia::LMap([_, _, x]) | Ia::LFilter([_, x]) => {
+                Some(self.eval(node, &[self.eg.find(*x)], true)?.layout)
+            }
+            _ => None,
+        }
+    }
+}
+
+/// Every executable e-node's stage time under `profile` as its cost's
+/// `total` (network floats and flops as the network model counts them), or
+/// `None` when the request's deadline passed on the way.
+pub fn stage_costs(eg: &TraEGraph, profile: &Profile) -> Option<NodeCosts> {
+    let mut layouts =
+        Layouts { eg, cache: LoadCache::new(eg.analysis.sites, profile.bytes_per_float), of: HashMap::default() };
+    loop {
+        let mut changed = false;
+        for class in eg.classes() {
+            if crate::deadline::expired() {
+                return None;
+            }
+            if class.data.phys().is_none() || layouts.of.contains_key(&class.id) {
+                continue;
+            }
+            if let Some(l) = class.nodes.iter().find_map(|n| layouts.layout_from(class.id, n)) {
+                layouts.of.insert(class.id, l);
+                changed = true;
+            }
+        }
+        if !changed {
+            break;
+        }
+    }
+    let unit = Weights { network: 1.0, compute: 0.0 };
+    let mut all = Vec::new();
+    for class in eg.classes() {
+        if crate::deadline::expired() {
+            return None;
+        }
+        for node in &class.nodes {
+            let Some(net) = node_cost(eg, class.id, node, unit) else { continue };
+            let seconds = match node {
+                Ia::Shuffle([_, l]) | Ia::Broadcast(l) => layouts
+                    .sources(eg.find(*l))
+                    .iter()
+                    .filter_map(|src| layouts.eval(node, &[*src], false))
+                    .map(|e| stage_seconds(true, &e.loads, profile).0)
+                    .fold(None, |m: Option<f64>, t| Some(m.map_or(t, |m| m.min(t)))),
+                Ia::LJoin([_, _, _, a, b]) => layouts
+                    .eval(node, &[eg.find(*a), eg.find(*b)], false)
+                    .map(|e| stage_seconds(false, &e.loads, profile).0),
+                Ia::LAgg([_, _, x]) | Ia::LMap([_, _, x]) => {
+                    layouts.eval(node, &[eg.find(*x)], false).map(|e| stage_seconds(false, &e.loads, profile).0)
+                }
+                _ => Some(0.0),
+            };
+            // A node whose operands have no layout cannot be in a plan.
+            let Some(seconds) = seconds else { continue };
+            all.push((class.id, node.clone(), Cost { total: seconds, ..net }));
+        }
+    }
+    Some(NodeCosts::from_costs(all))
+}
