@@ -16,6 +16,7 @@ pub mod extract;
 pub mod kernel;
 pub mod keyexpr;
 pub mod optimize;
+pub mod order;
 pub mod placement;
 pub mod program;
 pub mod rule;
