@@ -96,6 +96,8 @@ pub struct Pruned {
     pub explored: usize,
     /// TRA nodes kept.
     pub kept: usize,
+    /// Of those, the ones the program did not write (other orders).
+    pub reordered: usize,
 }
 
 /// The graph rebuilt with, in every class reachable from `roots`, the
@@ -115,7 +117,7 @@ pub fn prune(
     let mut out = TraEGraph::new(fresh);
     let mut built: HashMap<Id, Id> = HashMap::new();
     let mut open: HashSet<Id> = HashSet::new();
-    let mut kept = 0;
+    let mut kept = (0, 0);
     let new_roots = roots
         .iter()
         .map(|(name, id)| {
@@ -125,7 +127,7 @@ pub fn prune(
         .collect();
     out.rebuild();
     let explored = eg.classes().map(|c| c.nodes.iter().filter(|n| !matches!(n, Ia::Param(_))).count()).sum();
-    (out, new_roots, Pruned { explored, kept })
+    (out, new_roots, Pruned { explored, kept: kept.0, reordered: kept.1 })
 }
 
 /// The members of `class` that [`prune`] keeps, in order.
@@ -157,7 +159,7 @@ fn build(
     out: &mut TraEGraph,
     built: &mut HashMap<Id, Id>,
     open: &mut HashSet<Id>,
-    kept: &mut usize,
+    kept: &mut (usize, usize),
 ) -> Option<Id> {
     if let Some(id) = built.get(&class) {
         return Some(*id);
@@ -166,7 +168,9 @@ fn build(
         return None;
     }
     let mut id: Option<Id> = None;
+    let mine = written.get(&class);
     for node in kept_members(eg, class, best, written) {
+        let other_order = Some(&node) != mine;
         let mut ok = true;
         let mut kids = Vec::new();
         for c in node.children() {
@@ -184,7 +188,8 @@ fn build(
             kids[i - 1]
         });
         if !matches!(new, Ia::Param(_)) {
-            *kept += 1;
+            kept.0 += 1;
+            kept.1 += usize::from(other_order);
         }
         let added = out.add(new);
         match id {

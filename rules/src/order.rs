@@ -13,7 +13,7 @@
 //! `bilinear_over` (the aggregation kernels over which a binary kernel is
 //! linear in each operand). A new product kernel opts in by stating them.
 
-use crate::build::{add_checked, dims, kernel, leaf, logical, vars, Family, Rule, RuleDef, Rw};
+use crate::build::{add_checked, arity, dims, kernel, leaf, logical, vars, Family, Rule, RuleDef, Rw};
 use egg::{Id, Subst, Var};
 use tra_optimizer::egraph::{Ia, Param, TraEGraph};
 use tra_optimizer::kernel::{KernelRef, MatrixProduct};
@@ -22,7 +22,7 @@ const FAMILY: Family = Family::Order;
 
 /// Every contraction-order rule.
 pub fn rules() -> Vec<RuleDef> {
-    vec![matmul_assoc()]
+    vec![matmul_assoc(), agg_eager()]
 }
 
 /// One operand of a product: a matrix class, read transposed or not.
@@ -173,5 +173,67 @@ pub fn matmul_assoc() -> RuleDef {
         })
         .named("left")
         .checks(ASSOC_CHECKS))
+        .build()
+}
+
+/// The right-hand side of `agg-eager` for a match, when its condition holds.
+fn push_aggregation(eg: &mut TraEGraph, s: &Subst, [g, agg, jl, jr, k, a, b]: [Var; 7]) -> Option<Id> {
+    let (gd, aggk, jld, jrd, kk) =
+        (dims(eg, s[g])?, kernel(eg, s[agg])?, dims(eg, s[jl])?, dims(eg, s[jr])?, kernel(eg, s[k])?);
+    if !kk.is_bilinear_over(aggk) {
+        return None;
+    }
+    let (na, nb) = (arity(eg, s[a])?, arity(eg, s[b])?);
+    let rest = (0..nb).filter(|d| !jrd.contains(d)).count();
+    // g = ga ++ (every dim of b's rest, in order), ga increasing, holding
+    // every left join dim, and leaving some dim of a out.
+    let cut = gd.len().checked_sub(rest)?;
+    let (ga, gb) = gd.split_at(cut);
+    let tail_ok = gb.iter().enumerate().all(|(t, &d)| d == na + t);
+    let increasing = ga.windows(2).all(|w| w[0] < w[1]) && ga.iter().all(|&d| d < na);
+    if !tail_ok || !increasing || ga.len() == na || !jld.iter().all(|d| ga.contains(d)) {
+        return None;
+    }
+    let jl2: Vec<usize> = jld.iter().map(|d| ga.iter().position(|x| x == d)).collect::<Option<_>>()?;
+    let (ga, jr, k, agg) = (ga.to_vec(), s[jr], s[k], s[agg]);
+    let ga = leaf(eg, Param::Dims(ga));
+    let pre = add_checked(eg, Ia::Aggregate([ga, agg, s[a]]))?;
+    let jl2 = leaf(eg, Param::Dims(jl2));
+    add_checked(eg, Ia::Join([jl2, jr, k, pre, s[b]]))
+}
+
+/// `agg-eager`: eager aggregation, `Σ_i k(a_(i,u), b_v) = k(Σ_i a_(i,u),
+/// b_v)`: an aggregation over a join whose summed-away dims all come from
+/// the left operand (none a join dim) is pushed below the join, onto that
+/// operand, when the join kernel is linear in each operand over the
+/// aggregation (catalog fact `bilinear_over`; a kernel opts in by stating
+/// it, no rule names a kernel). Applied left to right only: the pushed form
+/// has no aggregation over the join left to match, so it does not repeat;
+/// the written form stays in the class, and the ordering phase keeps the
+/// cheaper by flops (summing before the product saves the product's calls).
+///
+/// Condition: `g` is `ga ++ [na, na+1, …]` where `ga` is an increasing list
+/// of `a`'s dims (`na` = `a`'s key arity) that holds every left join dim and
+/// leaves at least one out, followed by every dim the right operand
+/// contributes to the join's output, in order; so both sides key their
+/// output (`ga`'s dims, then `b`'s) alike. Soundness: per group, the sum over
+/// the left tuples of `k(a, b)` with one `b` each (the join dims are kept,
+/// so every summed tuple meets the same `b`) is `k(Σ a, b)` by linearity in
+/// the left operand; a group is present on either side exactly when some
+/// left tuple with its keys meets a right tuple.
+///
+/// Arity audit: `g` is judged against the join's output (`na` + `b`'s
+/// non-join dims); `ga` against `a`; the new left join dims are positions in
+/// `ga` (the pre-aggregate's keys), `jr` is unchanged on `b`; no key map.
+pub fn agg_eager() -> RuleDef {
+    let vs = vars(["?g", "?s", "?jl", "?jr", "?k", "?a", "?b"]);
+    Rule::new("agg-eager", FAMILY)
+        .why("a kernel linear in its left operand over the aggregation lets the left tuples of a group be summed before the product, each group meeting one right tuple")
+        .rw(Rw::apply(
+            "(aggregate ?g ?s (join ?jl ?jr ?k ?a ?b))",
+            "(join jl' ?jr ?k (aggregate ga ?s ?a) ?b)",
+            move |eg, _, s| push_aggregation(eg, s, vs).into_iter().collect(),
+        )
+        .checks("`k` bilinear over `s` (fact `bilinear_over`); `g` = `ga` ++ the join's dims from `b` in order, `ga` increasing dims of `a` holding every left join dim `jl` and leaving one out; `jl'` = the positions of `jl` in `ga`"))
         .build()
 }

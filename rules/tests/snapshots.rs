@@ -112,6 +112,10 @@ fn matmul() {
         once("matmul-rmm", XY),
         once("matmul-assoc", XY_X),
         once("matmul-assoc", XY_T_X),
+        once(
+            "agg-eager",
+            "(aggregate [1,2] kernel:matAdd (join [1] [1] kernel:elemMul (erase (input X)) (erase (input Y))))",
+        ),
     ];
     insta::assert_snapshot!(text.join("\n"));
 }

@@ -72,6 +72,19 @@ pub fn program_for(rule: &str) -> String {
             ],
             &["z"],
         ),
+        // Σ_i X(i,j) ⊙ y(j): the sum over i before the product.
+        "agg-eager" => program(
+            4,
+            &[("X", dense(&[4, 3], &[8, 8])), ("y", dense(&[3], &[8, 8]))],
+            &[
+                (
+                    "j",
+                    r#"{"op": "join", "left": "X", "right": "y", "left_keys": [1], "right_keys": [0], "kernel": "elemMul"}"#,
+                ),
+                ("s", r#"{"op": "aggregate", "input": "j", "group_by": [1], "kernel": "matAdd"}"#),
+            ],
+            &["s"],
+        ),
         "R1-1" => program(
             4,
             &[("X", dense(&[4, 4], &[2, 2]))],

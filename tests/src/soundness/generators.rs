@@ -14,7 +14,7 @@
 //! permute, offset, insert or replicate dims. What the instances reach is
 //! measured by [`super::coverage`].
 //!
-//! The file is longer than the others on purpose: the 28 generators are
+//! The file is longer than the others on purpose: the 29 generators are
 //! short, share the builder `B`, and are easiest to review for blind spots
 //! side by side, one per rule in the order of `tra rules`.
 
@@ -68,6 +68,7 @@ pub fn for_rule(name: &str) -> Option<RuleGen> {
         "R2-7b" => g(join_then_aggregate, &["R2-6", "agg-subset"]),
         "matmul-bmm" | "matmul-cmm" | "matmul-rmm" => g(matmul, &[]),
         "matmul-assoc" => g(matmul_chain, &[]),
+        "agg-eager" => g(eager_aggregation, &[]),
         _ => None,
     }
 }
@@ -1006,5 +1007,47 @@ fn matmul_chain(rng: &mut ChaCha8Rng) -> Option<Program> {
         let qr = chain_product(&mut b, &q, t[1], &r, t[2]);
         chain_product(&mut b, &p, t[0], &qr, t[4]).0
     };
+    b.finish(&[&z])
+}
+
+/// An aggregation over a join that sums away dims of the left operand only
+/// (now and then none, or the join kernel not linear: the rule must then
+/// leave it alone), with kernels linear in each operand (`elemMul`,
+/// `matMul`, `einSum`) or not (`matAdd`, `max`).
+fn eager_aggregation(rng: &mut ChaCha8Rng) -> Option<Program> {
+    let mut b = B::new(rng);
+    let kernel = b.pick(&["elemMul", "matMul", "einSum(ij_jk_ik)", "matAdd", "max"]);
+    let (block_a, block_b) = if kernel == "matMul" || kernel.starts_with("einSum") {
+        let (m, n, o) = (b.ext(), b.ext(), b.ext());
+        (vec![m, n], vec![n, o])
+    } else {
+        let block = b.block2();
+        (block.clone(), block)
+    };
+    let q = b.kb();
+    let mut keys_a = vec![b.kb(), q];
+    if b.coin(0.5) {
+        keys_a.push(b.kb());
+    }
+    let mut keys_b = vec![q];
+    if b.coin(0.5) {
+        keys_b.push(b.kb());
+    }
+    let (na, nb) = (keys_a.len(), keys_b.len());
+    let x = b.operand(keys_a, block_a);
+    let y = b.operand(keys_b, block_b);
+    let j = b.join(&x, &y, vec![1], vec![0], kernel);
+    // The join dim, maybe a's third dim, maybe a's first (then nothing is summed), then b's dim.
+    let mut g = vec![1];
+    if na == 3 && b.coin(0.5) {
+        g.push(2);
+    }
+    if b.coin(0.15) {
+        g.insert(0, 0);
+    }
+    if nb == 2 {
+        g.push(na);
+    }
+    let z = b.aggregate(&j, g, "matAdd");
     b.finish(&[&z])
 }

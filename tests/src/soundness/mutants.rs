@@ -84,6 +84,12 @@ pub fn all() -> Vec<Mutant> {
             make: matmul_assoc_wrong_key_order,
         },
         Mutant {
+            name: "agg-eager without linearity",
+            change: "an aggregation pushed below a join whose kernel (matAdd) is not linear in its operands",
+            replaces: "agg-eager",
+            make: agg_eager_not_linear,
+        },
+        Mutant {
             name: "R1-4 without distributivity",
             change: "a map pushed under an aggregation whose kernel it does not distribute over",
             replaces: "R1-4",
@@ -225,6 +231,17 @@ fn matmul_assoc_wrong_key_order() -> RuleDef {
              (aggregate [0,2] kernel:matAdd (join [1] [0] kernel:matMul ?x ?y)) ?z))",
             "(aggregate [0,2] kernel:matAdd (join [1] [0] kernel:matMul ?x \
              (aggregate [2,0] kernel:matAdd (join [1] [0] kernel:matMul ?y ?z))))",
+        )
+        .named("mutant"))
+        .build()
+}
+
+fn agg_eager_not_linear() -> RuleDef {
+    Rule::new("agg-eager", Family::Order)
+        .why("MUTANT: linearity of the join kernel not checked")
+        .rw(rw(
+            "(aggregate [1] kernel:matAdd (join [1] [0] kernel:matAdd ?a ?b))",
+            "(join [0] [0] kernel:matAdd (aggregate [1] kernel:matAdd ?a) ?b)",
         )
         .named("mutant"))
         .build()
