@@ -44,6 +44,9 @@ pub(crate) struct Search<'a, 'o> {
 
 /// A candidate contraction: left labels, right labels, result labels.
 type PairKey = (Vec<Label>, Vec<Label>, Vec<Label>);
+/// The best contraction of a subset of operands: its (flops, intermediate
+/// floats), its result's labels and its tree.
+type Best = ((u64, u64), Vec<Label>, Tree);
 /// A greedy candidate: score, the two positions, the result's labels.
 type Pick = ((f64, u64, u64), usize, usize, Vec<Label>);
 
@@ -141,8 +144,7 @@ impl Search<'_, '_> {
     pub(crate) fn dp(&mut self, deadline: Instant) -> Option<Tree> {
         let n = self.rels.len();
         let full = (1u64 << n) - 1;
-        // Per subset: (flops, intermediate floats), labels, tree.
-        let mut best: HashMap<u64, ((u64, u64), Vec<Label>, Tree)> = HashMap::new();
+        let mut best: HashMap<u64, Best> = HashMap::new();
         for i in 0..n {
             best.insert(1 << i, ((0, 0), self.rels[i].clone(), Tree::Leaf(i)));
         }
