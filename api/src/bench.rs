@@ -30,14 +30,32 @@ pub struct Row {
     pub chosen: String,
     /// Its network floats.
     pub network_floats: u64,
+    /// Its flops.
+    pub flops: u64,
 }
 
 /// A chain `X0 · X1 · … · Xn` of `n` matmuls of 4×4 blocks of 1000×1000 on 10 sites.
 pub fn matmul_chain(n: usize) -> Program {
+    chain_of(n, |_| 4, 0.0)
+}
+
+/// A chain of `n` matmuls whose block grids vary (`Xi` is `g(i) × g(i+1)`
+/// blocks of 1000×1000, `g` cycling 1, 8, 2, 16, 4), written left to right,
+/// with compute weight 0.001: its best order is not the written one.
+pub fn mixed_chain(n: usize) -> Program {
+    chain_of(n, |i| [1, 8, 2, 16, 4][i % 5], 0.001)
+}
+
+/// A chain of `n` matmuls, matrix `i` a `grid(i) × grid(i+1)` grid of
+/// 1000×1000 blocks, written left to right, on 10 sites.
+fn chain_of(n: usize, grid: impl Fn(usize) -> u32, compute_weight: f64) -> Program {
     let mut inputs = serde_json::Map::new();
     let mut nodes = serde_json::Map::new();
     for i in 0..=n {
-        inputs.insert(format!("X{i}"), serde_json::json!({"key_bounds": [4, 4], "array_bounds": [1000, 1000]}));
+        inputs.insert(
+            format!("X{i}"),
+            serde_json::json!({"key_bounds": [grid(i), grid(i + 1)], "array_bounds": [1000, 1000]}),
+        );
     }
     let mut prev = "X0".to_string();
     for i in 1..=n {
@@ -51,7 +69,10 @@ pub fn matmul_chain(n: usize) -> Program {
         );
         prev = format!("M{i}");
     }
-    let v = serde_json::json!({"inputs": inputs, "nodes": nodes, "outputs": [prev], "cluster": {"sites": 10}});
+    let v = serde_json::json!({
+        "inputs": inputs, "nodes": nodes, "outputs": [prev],
+        "cluster": {"sites": 10, "compute_weight": compute_weight}
+    });
     Program::from_value(&v).expect("a well-formed chain")
 }
 
@@ -76,10 +97,13 @@ fn measure(name: &str, p: &Program, rules: &[RuleDef], reps: usize) -> Result<Ro
         stop_reason: a.stats.stop_reason.clone(),
         chosen: a.alternatives[0].label.clone(),
         network_floats: a.cost.network_floats,
+        flops: a.cost.flops,
     })
 }
 
-/// Measure every built-in workload and chains of 2, 4, 8 and 16 matmuls.
+/// Measure every built-in workload, and chains of matmuls of these lengths
+/// (square grids, and mixed grids whose best order is not the written one),
+/// under `model`.
 pub fn run(reps: usize, chains: &[usize], only: Option<&str>, model: CostModel) -> Result<Vec<Row>, String> {
     let rules = tra_rules::all();
     let mut rows = Vec::new();
@@ -97,6 +121,9 @@ pub fn run(reps: usize, chains: &[usize], only: Option<&str>, model: CostModel) 
     for &n in chains.iter().filter(|_| only.is_none()) {
         rows.push(measure(&format!("chain of {n} matmuls"), &with_model(matmul_chain(n)), &rules, reps)?);
     }
+    for &n in chains.iter().filter(|_| only.is_none()) {
+        rows.push(measure(&format!("mixed chain of {n} matmuls"), &with_model(mixed_chain(n)), &rules, reps)?);
+    }
     Ok(rows)
 }
 
@@ -105,13 +132,13 @@ pub fn table(rows: &[Row]) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "{:<26} {:>10} {:>10} {:>8} {:>8} {:>6} {:<11} {:>15}  chosen",
-        "workload", "median ms", "min ms", "nodes", "classes", "iters", "stop", "network floats"
+        "{:<26} {:>10} {:>10} {:>8} {:>8} {:>6} {:<11} {:>15} {:>10}  chosen",
+        "workload", "median ms", "min ms", "nodes", "classes", "iters", "stop", "network floats", "flops"
     );
     for r in rows {
         let _ = writeln!(
             s,
-            "{:<26} {:>10.2} {:>10.2} {:>8} {:>8} {:>6} {:<11} {:>15}  {}",
+            "{:<26} {:>10.2} {:>10.2} {:>8} {:>8} {:>6} {:<11} {:>15} {:>10.3e}  {}",
             r.name,
             r.median_ms,
             r.min_ms,
@@ -120,6 +147,7 @@ pub fn table(rows: &[Row]) -> String {
             r.iterations,
             r.stop_reason,
             r.network_floats,
+            r.flops as f64,
             r.chosen
         );
     }

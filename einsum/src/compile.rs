@@ -64,6 +64,7 @@ pub fn compile(req: &Request, opts: &Options<'_>) -> Result<Compiled, EinsumErro
         memo: HashMap::new(),
         deadline: start + opts.search_time,
     };
+    let search_start = Instant::now();
     let (method, tree) = match n {
         1 => ("unary", None),
         2 => ("pair", Some(Tree::Node(Box::new(Tree::Leaf(0)), Box::new(Tree::Leaf(1))))),
@@ -75,6 +76,7 @@ pub fn compile(req: &Request, opts: &Options<'_>) -> Result<Compiled, EinsumErro
             }
         }
     };
+    let search_ms = search_start.elapsed().as_secs_f64() * 1e3;
     let costed = n > 2;
     let left_to_right = costed.then(|| {
         let mut t = Tree::Leaf(0);
@@ -170,7 +172,7 @@ pub fn compile(req: &Request, opts: &Options<'_>) -> Result<Compiled, EinsumErro
             cost: total,
             left_to_right_cost: left_to_right,
             candidates_costed,
-            search_ms: start.elapsed().as_secs_f64() * 1e3,
+            search_ms,
         },
         padding,
     })

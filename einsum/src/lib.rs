@@ -63,15 +63,18 @@
 //!
 //! # Order of the contractions
 //!
-//! With more than two operands the pairwise order is chosen with the cost
-//! model, not left to right: every candidate contraction is a small TRA
-//! program (two inputs, join, aggregate) costed by [`optimize`](tra_optimizer::optimize::optimize) (or, if that
-//! fails, by its Table-1 compilation); dynamic programming over subsets of
-//! operands picks the cheapest tree for up to [`DP_MAX_OPERANDS`] operands,
-//! a greedy choice of the cheapest pair at each step beyond that (or when the
-//! search runs out of time, [`Options::search_time`]; candidates met after
-//! that are costed by their Table-1 plan, without saturation). [`Order`]
-//! reports the steps, their costs, and what left-to-right would have cost.
+//! With more than two operands the pairwise order is not left to right: for
+//! up to [`DP_MAX_OPERANDS`] operands, dynamic programming over subsets of
+//! operands picks the tree of least total flops (at padded extents, as
+//! opt_einsum's `optimal` path does; ties go to smaller intermediates), in
+//! milliseconds; the distribution of each contraction is then chosen when
+//! the whole program is optimized. Beyond that (or when the search runs out
+//! of time, [`Options::search_time`]) a greedy choice takes the cheapest pair
+//! at each step, every candidate contraction a small TRA program (two
+//! inputs, join, aggregate) costed by
+//! [`optimize`](tra_optimizer::optimize::optimize) (or by its Table-1
+//! compilation, after the time). [`Order`] reports the steps, their costs,
+//! and what left-to-right would have cost.
 
 #![warn(missing_docs)]
 
@@ -96,7 +99,7 @@ use tra_optimizer::rule::RuleDef;
 pub const DEFAULT_BLOCK: usize = 1000;
 /// Up to this many operands the contraction order is found by dynamic
 /// programming over subsets; beyond, greedily.
-pub const DP_MAX_OPERANDS: usize = 6;
+pub const DP_MAX_OPERANDS: usize = 8;
 /// The most operands an einsum takes (numpy 2's limit).
 pub const MAX_OPERANDS: usize = 64;
 /// The output's name when a request gives none.

@@ -93,7 +93,8 @@ pub struct Order {
     pub left_to_right_cost: Option<Cost>,
     /// Distinct candidate contractions costed.
     pub candidates_costed: usize,
-    /// Wall time of the search, in milliseconds.
+    /// Wall time of the order search, in milliseconds (the costing of the
+    /// chosen steps and of left to right, for this report, not included).
     pub search_ms: f64,
 }
 

@@ -17,6 +17,7 @@ pub mod kernel;
 pub mod keyexpr;
 pub mod loads;
 pub mod optimize;
+pub mod order;
 pub mod placement;
 pub mod program;
 pub mod rule;

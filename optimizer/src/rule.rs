@@ -11,6 +11,12 @@ pub type TraRewrite = Rewrite<Ia, TraAnalysis>;
 /// When a family's rules run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Phase {
+    /// Before lowering, alone, on the TRA (logical) operators only: the
+    /// contraction orders of products. The graph is then pruned to the
+    /// cheapest orders by flops and the written one
+    /// ([`crate::order::prune`]), so that lowering and exploration see a
+    /// bounded number of orders.
+    Ordering,
     /// First, alone: every TRA operator gets an executable member before the
     /// other rules grow the graph.
     Lowering,
@@ -30,11 +36,13 @@ pub enum Family {
     R2,
     /// The distributed-matmul plans (paper 004 §4.2).
     Matmul,
+    /// Contraction order: reassociating products on the TRA sort.
+    Order,
 }
 
 impl Family {
     /// Every family, in the order rules are listed.
-    pub const ALL: [Family; 4] = [Family::Lowering, Family::R1, Family::R2, Family::Matmul];
+    pub const ALL: [Family; 5] = [Family::Order, Family::Lowering, Family::R1, Family::R2, Family::Matmul];
 
     /// The short name (`lowering`, `R1`, `R2`, `matmul`).
     pub fn name(self) -> &'static str {
@@ -43,6 +51,7 @@ impl Family {
             Family::R1 => "R1",
             Family::R2 => "R2",
             Family::Matmul => "matmul",
+            Family::Order => "order",
         }
     }
 
@@ -53,12 +62,14 @@ impl Family {
             Family::R1 => "R1: lambda composition (P level)",
             Family::R2 => "R2: re-partition",
             Family::Matmul => "matmul (paper 004 §4.2)",
+            Family::Order => "Contraction order (TRA sort; run before lowering, alone, then pruned)",
         }
     }
 
     /// When its rules run.
     pub fn phase(self) -> Phase {
         match self {
+            Family::Order => Phase::Ordering,
             Family::Lowering => Phase::Lowering,
             _ => Phase::Exploration,
         }
@@ -106,6 +117,12 @@ impl RuleDef {
     /// family's phase is [`Phase::Lowering`]).
     pub fn lowering(&self) -> bool {
         self.family.phase() == Phase::Lowering
+    }
+
+    /// True for the contraction-order rules, which run before lowering,
+    /// alone (their family's phase is [`Phase::Ordering`]).
+    pub fn ordering(&self) -> bool {
+        self.family.phase() == Phase::Ordering
     }
 }
 

@@ -1,5 +1,6 @@
 //! The rewrite rules of tra: Table 1 lowering, the paper's R1 (lambda
-//! composition) and R2 (re-partition) rules, and the distributed-matmul rules,
+//! composition) and R2 (re-partition) rules, the distributed-matmul rules and
+//! the contraction-order rules,
 //! over the two-sort IA e-graph of `tra_optimizer::egraph` (see `tra_optimizer::egraph` for why two sorts).
 //!
 //! Every rule is a sound equality: P classes are equal exactly (sites
@@ -24,6 +25,7 @@ pub mod compose;
 pub mod cond;
 pub mod lower;
 pub mod matmul;
+pub mod order;
 pub mod repartition;
 pub mod table;
 
@@ -32,12 +34,14 @@ use tra_optimizer::rule::RuleDef;
 pub use tra_optimizer::rule::{Family, Phase};
 
 /// Every rule: the lowering rules (`lowering()`) first, then R1,
-/// R2 and matmul.
+/// R2, matmul and the contraction-order rules (which run first, alone:
+/// [`Phase::Ordering`]).
 pub fn all() -> Vec<RuleDef> {
     let mut v = lower::rules();
     v.extend(compose::rules());
     v.extend(repartition::rules());
     v.extend(matmul::rules());
+    v.extend(order::rules());
     v
 }
 

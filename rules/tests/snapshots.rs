@@ -101,7 +101,22 @@ fn repartition() {
 #[test]
 fn matmul() {
     const XY: &str = "(aggregate [0,2] kernel:matAdd (join [1] [0] kernel:matMul (erase (input X)) (erase (input Y))))";
-    let text = [once("matmul-bmm", XY), once("matmul-cmm", XY), once("matmul-rmm", XY)];
+    // (X·Y)·X, and (X·Y)ᵀ·X = Yᵀ·(Xᵀ·X) (the outer product reads the inner transposed).
+    const XY_X: &str = "(aggregate [0,2] kernel:matAdd (join [1] [0] kernel:matMul (aggregate [0,2] kernel:matAdd \
+                        (join [1] [0] kernel:matMul (erase (input X)) (erase (input Y)))) (erase (input X))))";
+    const XY_T_X: &str = "(aggregate [1,2] kernel:matAdd (join [0] [0] kernel:matMulTN (aggregate [0,2] kernel:matAdd \
+                          (join [1] [0] kernel:matMul (erase (input X)) (erase (input Y)))) (erase (input X))))";
+    let text = [
+        once("matmul-bmm", XY),
+        once("matmul-cmm", XY),
+        once("matmul-rmm", XY),
+        once("matmul-assoc", XY_X),
+        once("matmul-assoc", XY_T_X),
+        once(
+            "agg-eager",
+            "(aggregate [1,2] kernel:matAdd (join [1] [1] kernel:elemMul (erase (input X)) (erase (input Y))))",
+        ),
+    ];
     insta::assert_snapshot!(text.join("\n"));
 }
 

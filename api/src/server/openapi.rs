@@ -247,12 +247,16 @@ pub fn document(config: &ServerConfig) -> Value {
                 "egraph_nodes": {"type": "integer"},
                 "egraph_classes": {"type": "integer"},
                 "iterations": {"type": "integer"},
+                "order_nodes_explored": {"type": "integer",
+                    "description": "TRA operators the contraction-order phase built (every bracketing of every chain of products)"},
+                "order_nodes_kept": {"type": "integer",
+                    "description": "TRA operators kept for lowering and exploration: per class the written one and the cheapest by flops"},
                 "stop_reason": {"type": "string", "enum": ["saturated", "node_limit", "time_limit", "iteration_limit"]},
                 "optimize_ms": {"type": "number"},
                 "cost_model": {"type": "string", "enum": ["network", "time"], "description": "The cost model that chose the plan"},
                 "plans_scored": {"type": "integer", "description": "Distinct candidate plans scored exactly under `time` (0 under `network`)"}
             },
-            "required": ["egraph_nodes", "egraph_classes", "iterations", "stop_reason", "optimize_ms", "cost_model", "plans_scored"]
+            "required": ["egraph_nodes", "egraph_classes", "iterations", "order_nodes_explored", "order_nodes_kept", "stop_reason", "optimize_ms", "cost_model", "plans_scored"]
         },
         "OptimizeAnswer": {
             "type": "object",
@@ -368,7 +372,13 @@ pub fn document(config: &ServerConfig) -> Value {
                 "doc": {"type": "string"},
                 "assoc_comm": {"type": "boolean"},
                 "elementwise": {"type": "boolean"},
-                "distributes_over": {"type": "array", "items": {"type": "string"}}
+                "distributes_over": {"type": "array", "items": {"type": "string"}},
+                "bilinear_over": {"type": "array", "items": {"type": "string"}},
+                "matrix_product": {
+                    "type": ["array", "null"],
+                    "items": {"type": "boolean"},
+                    "description": "For a block matrix product: whether the left and the right operand are read transposed"
+                }
             },
             "required": ["name", "arity", "params", "doc"]
         },

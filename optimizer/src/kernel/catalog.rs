@@ -22,11 +22,24 @@ pub struct KernelInfo {
     pub elementwise: bool,
     /// Binary kernels `g` with `self(g(a, b)) == g(self(a), self(b))`.
     pub distributes_over: &'static [&'static str],
+    /// Binary kernels only: aggregation kernels `s` over which this kernel is
+    /// linear in *each* operand, `k(s(a, a'), b) == s(k(a, b), k(a', b))` and
+    /// the same on the right (bilinear). An aggregation by `s` may then be
+    /// pushed below or pulled above a join with this kernel (eager and lazy
+    /// aggregation).
+    pub bilinear_over: &'static [&'static str],
+    /// A block matrix product `op(A)·op(B)`: whether each operand is read
+    /// transposed (`matMulTN` is `(true, false)`). Products of products
+    /// reassociate (`(A·B)·C = A·(B·C)`) when they are also bilinear over the
+    /// aggregation that sums them.
+    pub matrix_product: Option<(bool, bool)>,
 }
 
 /// The binary elementwise kernels: selecting elements (`diag`, `transpose`)
 /// distributes over all of them.
 const ELEMENTWISE_BINARY: &[&str] = &["matAdd", "matSub", "elemMul", "max", "min", "reluGrad", "sgdStep"];
+/// Products are linear in each operand over a sum.
+const SUM: &[&str] = &["matAdd"];
 /// Linear maps distribute over addition and subtraction.
 const LINEAR: &[&str] = &["matAdd", "matSub"];
 
@@ -45,6 +58,8 @@ static CATALOG: &[KernelInfo] = &[
         assoc_comm: false,
         elementwise: false,
         distributes_over: &[],
+        bilinear_over: SUM,
+        matrix_product: Some((false, false)),
     },
     KernelInfo {
         name: "matMulTN",
@@ -54,6 +69,8 @@ static CATALOG: &[KernelInfo] = &[
         assoc_comm: false,
         elementwise: false,
         distributes_over: &[],
+        bilinear_over: SUM,
+        matrix_product: Some((true, false)),
     },
     KernelInfo {
         name: "matMulNT",
@@ -63,6 +80,8 @@ static CATALOG: &[KernelInfo] = &[
         assoc_comm: false,
         elementwise: false,
         distributes_over: &[],
+        bilinear_over: SUM,
+        matrix_product: Some((false, true)),
     },
     KernelInfo {
         name: "matMulTT",
@@ -72,6 +91,8 @@ static CATALOG: &[KernelInfo] = &[
         assoc_comm: false,
         elementwise: false,
         distributes_over: &[],
+        bilinear_over: SUM,
+        matrix_product: Some((true, true)),
     },
     KernelInfo {
         name: "matAdd",
@@ -81,6 +102,8 @@ static CATALOG: &[KernelInfo] = &[
         assoc_comm: true,
         elementwise: true,
         distributes_over: &[],
+        bilinear_over: &[],
+        matrix_product: None,
     },
     KernelInfo {
         name: "matSub",
@@ -90,6 +113,8 @@ static CATALOG: &[KernelInfo] = &[
         assoc_comm: false,
         elementwise: true,
         distributes_over: &[],
+        bilinear_over: &[],
+        matrix_product: None,
     },
     KernelInfo {
         name: "elemMul",
@@ -99,6 +124,8 @@ static CATALOG: &[KernelInfo] = &[
         assoc_comm: true,
         elementwise: true,
         distributes_over: &[],
+        bilinear_over: SUM,
+        matrix_product: None,
     },
     KernelInfo {
         name: "max",
@@ -108,6 +135,8 @@ static CATALOG: &[KernelInfo] = &[
         assoc_comm: true,
         elementwise: true,
         distributes_over: &[],
+        bilinear_over: &[],
+        matrix_product: None,
     },
     KernelInfo {
         name: "min",
@@ -117,6 +146,8 @@ static CATALOG: &[KernelInfo] = &[
         assoc_comm: true,
         elementwise: true,
         distributes_over: &[],
+        bilinear_over: &[],
+        matrix_product: None,
     },
     KernelInfo {
         name: "reluGrad",
@@ -126,6 +157,8 @@ static CATALOG: &[KernelInfo] = &[
         assoc_comm: false,
         elementwise: true,
         distributes_over: &[],
+        bilinear_over: &[],
+        matrix_product: None,
     },
     KernelInfo {
         name: "sgdStep",
@@ -135,6 +168,8 @@ static CATALOG: &[KernelInfo] = &[
         assoc_comm: false,
         elementwise: true,
         distributes_over: &[],
+        bilinear_over: &[],
+        matrix_product: None,
     },
     KernelInfo {
         name: "relu",
@@ -144,6 +179,8 @@ static CATALOG: &[KernelInfo] = &[
         assoc_comm: false,
         elementwise: true,
         distributes_over: &["max", "min"],
+        bilinear_over: &[],
+        matrix_product: None,
     },
     KernelInfo {
         name: "sigmoid",
@@ -153,6 +190,8 @@ static CATALOG: &[KernelInfo] = &[
         assoc_comm: false,
         elementwise: true,
         distributes_over: &[],
+        bilinear_over: &[],
+        matrix_product: None,
     },
     KernelInfo {
         name: "scale",
@@ -162,6 +201,8 @@ static CATALOG: &[KernelInfo] = &[
         assoc_comm: false,
         elementwise: true,
         distributes_over: LINEAR,
+        bilinear_over: &[],
+        matrix_product: None,
     },
     KernelInfo {
         name: "neg",
@@ -171,6 +212,8 @@ static CATALOG: &[KernelInfo] = &[
         assoc_comm: false,
         elementwise: true,
         distributes_over: LINEAR,
+        bilinear_over: &[],
+        matrix_product: None,
     },
     KernelInfo {
         name: "diag",
@@ -180,6 +223,8 @@ static CATALOG: &[KernelInfo] = &[
         assoc_comm: false,
         elementwise: false,
         distributes_over: ELEMENTWISE_BINARY,
+        bilinear_over: &[],
+        matrix_product: None,
     },
     KernelInfo {
         name: "transpose",
@@ -189,6 +234,8 @@ static CATALOG: &[KernelInfo] = &[
         assoc_comm: false,
         elementwise: false,
         distributes_over: ELEMENTWISE_BINARY,
+        bilinear_over: &[],
+        matrix_product: None,
     },
     KernelInfo {
         name: "matVecAdd",
@@ -198,6 +245,8 @@ static CATALOG: &[KernelInfo] = &[
         assoc_comm: false,
         elementwise: false,
         distributes_over: &[],
+        bilinear_over: &[],
+        matrix_product: None,
     },
     KernelInfo {
         name: "matVecSub",
@@ -207,6 +256,8 @@ static CATALOG: &[KernelInfo] = &[
         assoc_comm: false,
         elementwise: false,
         distributes_over: &[],
+        bilinear_over: &[],
+        matrix_product: None,
     },
     KernelInfo {
         name: "rowSum",
@@ -216,6 +267,8 @@ static CATALOG: &[KernelInfo] = &[
         assoc_comm: false,
         elementwise: false,
         distributes_over: LINEAR,
+        bilinear_over: &[],
+        matrix_product: None,
     },
     KernelInfo {
         name: "colSum",
@@ -225,6 +278,8 @@ static CATALOG: &[KernelInfo] = &[
         assoc_comm: false,
         elementwise: false,
         distributes_over: LINEAR,
+        bilinear_over: &[],
+        matrix_product: None,
     },
     KernelInfo {
         name: "minIndex",
@@ -235,6 +290,8 @@ static CATALOG: &[KernelInfo] = &[
         assoc_comm: false,
         elementwise: false,
         distributes_over: &[],
+        bilinear_over: &[],
+        matrix_product: None,
     },
     KernelInfo {
         name: "minPair",
@@ -245,6 +302,8 @@ static CATALOG: &[KernelInfo] = &[
         assoc_comm: true,
         elementwise: false,
         distributes_over: &[],
+        bilinear_over: &[],
+        matrix_product: None,
     },
     KernelInfo {
         name: "offsetIndex",
@@ -254,6 +313,8 @@ static CATALOG: &[KernelInfo] = &[
         assoc_comm: false,
         elementwise: false,
         distributes_over: &["minPair"],
+        bilinear_over: &[],
+        matrix_product: None,
     },
     KernelInfo {
         name: "tile",
@@ -264,6 +325,8 @@ static CATALOG: &[KernelInfo] = &[
         assoc_comm: false,
         elementwise: false,
         distributes_over: &[],
+        bilinear_over: &[],
+        matrix_product: None,
     },
     KernelInfo {
         name: "concat",
@@ -275,6 +338,8 @@ static CATALOG: &[KernelInfo] = &[
         assoc_comm: false,
         elementwise: false,
         distributes_over: &[],
+        bilinear_over: &[],
+        matrix_product: None,
     },
     KernelInfo {
         name: EINSUM,
@@ -290,6 +355,8 @@ static CATALOG: &[KernelInfo] = &[
         assoc_comm: false,
         elementwise: false,
         distributes_over: &[],
+        bilinear_over: SUM,
+        matrix_product: None,
     },
     // Nonlinear and normalising kernels: softmax, layer normalization,
     // logistic loss, attention. Across blocks, a row-wise max is
@@ -378,7 +445,18 @@ const fn nonlinear(
     elementwise: bool,
     distributes_over: &'static [&'static str],
 ) -> KernelInfo {
-    KernelInfo { name, arity, params, doc, assoc_comm: false, elementwise, distributes_over }
+    KernelInfo {
+        name,
+        arity,
+        params,
+        doc,
+        assoc_comm: false,
+        elementwise,
+        distributes_over,
+        // No linearity facts: no reordering rule applies to these kernels.
+        bilinear_over: &[],
+        matrix_product: None,
+    }
 }
 
 /// Every catalog entry.

@@ -235,11 +235,72 @@ impl KernelRef {
             _ => false,
         }
     }
+    /// A binary kernel linear in each operand over the aggregation kernel
+    /// `s` (catalog fact `bilinear_over`, by name). A composition
+    /// `compose(outer, inner)` is when `inner` is and `outer` distributes
+    /// over `s` (`compose(scale(c), matMul)` over `matAdd`).
+    pub fn is_bilinear_over(&self, s: &KernelRef) -> bool {
+        match (self, s) {
+            (KernelRef::Named { name, .. }, KernelRef::Named { name: s, .. }) => {
+                lookup(name).is_some_and(|k| k.arity == 2 && k.bilinear_over.contains(&s.as_str()))
+            }
+            (KernelRef::Compose(outer, inner), _) => outer.distributes_over(s) && inner.is_bilinear_over(s),
+            _ => false,
+        }
+    }
+    /// The block matrix product this kernel is, if it is one: `c·op(A)·op(B)`
+    /// for a catalog product (fact `matrix_product`) or `compose(scale(c),
+    /// product)`.
+    pub fn matrix_product(&self) -> Option<MatrixProduct> {
+        match self {
+            KernelRef::Named { name, .. } => lookup(name)?.matrix_product.map(|(transpose_left, transpose_right)| {
+                MatrixProduct { transpose_left, transpose_right, scale: None }
+            }),
+            KernelRef::Compose(outer, inner) => match outer.as_ref() {
+                KernelRef::Named { name, args } if name == "scale" && args.len() == 1 => {
+                    let p = inner.matrix_product()?;
+                    p.scale.is_none().then(|| MatrixProduct { scale: Some(args[0].clone()), ..p })
+                }
+                _ => None,
+            },
+        }
+    }
     /// The s-expression form: `matMul`, `tile(1,2)`, `(compose diag matAdd)`.
     pub fn to_sexpr(&self) -> String {
         match self {
             KernelRef::Named { .. } => self.to_string(),
             KernelRef::Compose(o, i) => format!("(compose {} {})", o.to_sexpr(), i.to_sexpr()),
+        }
+    }
+}
+
+/// A block matrix product `c·op(A)·op(B)`, as [`KernelRef::matrix_product`]
+/// reads it: `op` transposes where the flag says so; `scale` is the factor
+/// `c` of `compose(scale(c), …)` (canonical text), `None` for 1.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct MatrixProduct {
+    /// The left operand is read transposed.
+    pub transpose_left: bool,
+    /// The right operand is read transposed.
+    pub transpose_right: bool,
+    /// The scale factor, if any.
+    pub scale: Option<String>,
+}
+
+impl MatrixProduct {
+    /// The kernel computing this product: `matMul`, `matMulTN`, `matMulNT` or
+    /// `matMulTT`, composed with `scale(c)` when there is a factor.
+    pub fn kernel(&self) -> KernelRef {
+        let name = match (self.transpose_left, self.transpose_right) {
+            (false, false) => "matMul",
+            (true, false) => "matMulTN",
+            (false, true) => "matMulNT",
+            (true, true) => "matMulTT",
+        };
+        let product = KernelRef::named(name);
+        match &self.scale {
+            None => product,
+            Some(c) => KernelRef::compose(KernelRef::Named { name: "scale".into(), args: vec![c.clone()] }, product),
         }
     }
 }

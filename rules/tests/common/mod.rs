@@ -1,5 +1,6 @@
 //! Shared test helpers: build a program's e-graph and run the rules over it
-//! in two phases (lowering alone, then every rule), as the optimizer does.
+//! in phases (contraction orders alone, pruned; lowering alone; then every
+//! other rule), as the optimizer does.
 #![allow(dead_code)]
 
 use egg::{Id, Pattern, Runner, Searcher, SimpleScheduler, StopReason, Subst};
@@ -83,9 +84,21 @@ pub fn run_with(json: &str, rules: Vec<tra_optimizer::rule::RuleDef>, iters: usi
     let typed = check_program(&p).unwrap_or_else(|e| panic!("ill-typed test program: {e:?}"));
     let mut eg = TraEGraph::new(TraAnalysis::new(p.cluster().sites, p.inputs.clone()));
     let roots = add_program(&mut eg, &p, &typed.order);
+    let mut applied = BTreeMap::new();
+    // Contraction orders first, alone, then pruned, as the optimizer does.
+    let (ordering, rules): (Vec<_>, Vec<_>) = rules.into_iter().partition(|r| r.ordering());
+    let (eg, roots) = if ordering.is_empty() {
+        (eg, roots)
+    } else {
+        let written = tra_optimizer::order::written(&eg);
+        let r0 = runner(eg, 100).run(&tra_rules::rewrites(ordering));
+        record(&mut applied, &r0);
+        let fresh = TraAnalysis::new(p.cluster().sites, p.inputs.clone());
+        let (eg, roots, _) = tra_optimizer::order::prune(&r0.egraph, &roots, &written, fresh);
+        (eg, roots)
+    };
     let lowering = tra_rules::rewrites(tra_rules::lowering());
     let r1 = runner(eg, 100).run(&lowering);
-    let mut applied = BTreeMap::new();
     record(&mut applied, &r1);
     let lower_stop = r1.stop_reason.clone().expect("stopped");
     let all = tra_rules::rewrites(rules);

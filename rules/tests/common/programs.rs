@@ -57,6 +57,34 @@ pub fn program_for(rule: &str) -> String {
             ],
             &["c"],
         ),
+        // (X·Y)·V with X 4×1 blocks, Y 1×4, V 4×1: X·(Y·V) is 4× cheaper.
+        "matmul-assoc" => program(
+            4,
+            &[("X", dense(&[4, 1], &[8, 8])), ("Y", dense(&[1, 4], &[8, 8])), ("V", dense(&[4, 1], &[8, 8]))],
+            &[
+                ("j", MATMUL_J),
+                ("m", MATMUL),
+                (
+                    "jv",
+                    r#"{"op": "join", "left": "m", "right": "V", "left_keys": [1], "right_keys": [0], "kernel": "matMul"}"#,
+                ),
+                ("z", r#"{"op": "aggregate", "input": "jv", "group_by": [0, 2], "kernel": "matAdd"}"#),
+            ],
+            &["z"],
+        ),
+        // Σ_i X(i,j) ⊙ y(j): the sum over i before the product.
+        "agg-eager" => program(
+            4,
+            &[("X", dense(&[4, 3], &[8, 8])), ("y", dense(&[3], &[8, 8]))],
+            &[
+                (
+                    "j",
+                    r#"{"op": "join", "left": "X", "right": "y", "left_keys": [1], "right_keys": [0], "kernel": "elemMul"}"#,
+                ),
+                ("s", r#"{"op": "aggregate", "input": "j", "group_by": [1], "kernel": "matAdd"}"#),
+            ],
+            &["s"],
+        ),
         "R1-1" => program(
             4,
             &[("X", dense(&[4, 4], &[2, 2]))],

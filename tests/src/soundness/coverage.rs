@@ -283,6 +283,8 @@ pub fn reachable(rule: &str) -> BTreeSet<Cell> {
         "agg-subset" | "R2-5" => (all_ops, none, agg_facts),
         "R2-6" | "R2-7" | "R2-7b" => (all_ops, none, join_facts),
         "matmul-bmm" | "matmul-cmm" | "matmul-rmm" => (all_ops, none, &["commutative", "plain"]),
+        "matmul-assoc" => (all_ops, none, &["commutative", "plain"]),
+        "agg-eager" => (all_ops, none, &["commutative", "idempotent", "plain"]),
         _ => (&[], &[], &[]),
     };
     let mut out = BTreeSet::new();

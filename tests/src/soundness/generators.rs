@@ -14,7 +14,7 @@
 //! permute, offset, insert or replicate dims. What the instances reach is
 //! measured by [`super::coverage`].
 //!
-//! The file is longer than the others on purpose: the 27 generators are
+//! The file is longer than the others on purpose: the 29 generators are
 //! short, share the builder `B`, and are easiest to review for blind spots
 //! side by side, one per rule in the order of `tra rules`.
 
@@ -67,6 +67,8 @@ pub fn for_rule(name: &str) -> Option<RuleGen> {
         "R2-7" => g(join_then_aggregate, &["agg-subset"]),
         "R2-7b" => g(join_then_aggregate, &["R2-6", "agg-subset"]),
         "matmul-bmm" | "matmul-cmm" | "matmul-rmm" => g(matmul, &[]),
+        "matmul-assoc" => g(matmul_chain, &[]),
+        "agg-eager" => g(eager_aggregation, &[]),
         _ => None,
     }
 }
@@ -944,5 +946,113 @@ fn matmul(rng: &mut ChaCha8Rng) -> Option<Program> {
     let y = b.input(vec![j, k], vec![q, r]);
     let xy = b.join(&x, &y, vec![1], vec![0], "matMul");
     let z = b.aggregate(&xy, vec![0, 2], "matAdd");
+    b.finish(&[&z])
+}
+
+/// A matrix of the chain generator: its name, stored key bounds and block
+/// shape (`[rows, cols]` each).
+type Matrix = (String, [u32; 2], [usize; 2]);
+
+fn transposed((_, k, a): &Matrix, t: bool) -> ([u32; 2], [usize; 2]) {
+    if t {
+        ([k[1], k[0]], [a[1], a[0]])
+    } else {
+        (*k, *a)
+    }
+}
+
+/// A matrix operand of any kind whose `op` (transposed when `t`) has these
+/// key bounds and block shape.
+fn chain_operand(b: &mut B, keys: [u32; 2], block: [usize; 2], t: bool) -> Matrix {
+    let (k, a) = transposed(&(String::new(), keys, block), t);
+    (b.operand(k.to_vec(), a.to_vec()), k, a)
+}
+
+/// `c·op(l)·op(r)` as a TRA join and aggregation: a matrix product kernel
+/// chosen by the flags (`matMul`, `matMulTN`, `matMulNT`, `matMulTT`), now
+/// and then composed with `scale(c)`.
+fn chain_product(b: &mut B, l: &Matrix, tl: bool, r: &Matrix, tr: bool) -> Matrix {
+    let name = match (tl, tr) {
+        (false, false) => "matMul",
+        (true, false) => "matMulTN",
+        (false, true) => "matMulNT",
+        (true, true) => "matMulTT",
+    };
+    let kernel = if b.coin(0.3) { format!("compose(scale({}),{name})", b.pick(&["2", "-0.5"])) } else { name.into() };
+    let (ca, cb) = (usize::from(!tl), usize::from(tr));
+    let j = b.join(&l.0, &r.0, vec![ca], vec![cb], &kernel);
+    let (kl, al) = transposed(l, tl);
+    let (kr, ar) = transposed(r, tr);
+    let agg = b.aggregate(&j, vec![1 - ca, 2], "matAdd");
+    (agg, [kl[0], kr[1]], [al[0], ar[1]])
+}
+
+/// A product of three matrices, `(P·Q)·R` or `P·(Q·R)`, each product with
+/// random operand transposes and scale, the inner product read transposed
+/// by the outer one now and then; operands of every kind (filters make
+/// holes).
+fn matmul_chain(rng: &mut ChaCha8Rng) -> Option<Program> {
+    let mut b = B::new(rng);
+    let k = [b.kb(), b.kb(), b.kb(), b.kb()];
+    let a = [b.ext(), b.ext(), b.ext(), b.ext()];
+    let t: Vec<bool> = (0..5).map(|_| b.coin(0.3)).collect();
+    let z = if b.coin(0.5) {
+        // (P·Q)·R; read transposed (t[4]), the inner product is (Qᵀ·Pᵀ).
+        let (m, n, o) = if t[4] { (2, 1, 0) } else { (0, 1, 2) };
+        let p = chain_operand(&mut b, [k[m], k[n]], [a[m], a[n]], t[0]);
+        let q = chain_operand(&mut b, [k[n], k[o]], [a[n], a[o]], t[1]);
+        let pq = chain_product(&mut b, &p, t[0], &q, t[1]);
+        let r = chain_operand(&mut b, [k[2], k[3]], [a[2], a[3]], t[2]);
+        chain_product(&mut b, &pq, t[4], &r, t[2]).0
+    } else {
+        let (m, n, o) = if t[4] { (3, 2, 1) } else { (1, 2, 3) };
+        let p = chain_operand(&mut b, [k[0], k[1]], [a[0], a[1]], t[0]);
+        let q = chain_operand(&mut b, [k[m], k[n]], [a[m], a[n]], t[1]);
+        let r = chain_operand(&mut b, [k[n], k[o]], [a[n], a[o]], t[2]);
+        let qr = chain_product(&mut b, &q, t[1], &r, t[2]);
+        chain_product(&mut b, &p, t[0], &qr, t[4]).0
+    };
+    b.finish(&[&z])
+}
+
+/// An aggregation over a join that sums away dims of the left operand only
+/// (now and then none, or the join kernel not linear: the rule must then
+/// leave it alone), with kernels linear in each operand (`elemMul`,
+/// `matMul`, `einSum`) or not (`matAdd`, `max`).
+fn eager_aggregation(rng: &mut ChaCha8Rng) -> Option<Program> {
+    let mut b = B::new(rng);
+    let kernel = b.pick(&["elemMul", "matMul", "einSum(ij_jk_ik)", "matAdd", "max"]);
+    let (block_a, block_b) = if kernel == "matMul" || kernel.starts_with("einSum") {
+        let (m, n, o) = (b.ext(), b.ext(), b.ext());
+        (vec![m, n], vec![n, o])
+    } else {
+        let block = b.block2();
+        (block.clone(), block)
+    };
+    let q = b.kb();
+    let mut keys_a = vec![b.kb(), q];
+    if b.coin(0.5) {
+        keys_a.push(b.kb());
+    }
+    let mut keys_b = vec![q];
+    if b.coin(0.5) {
+        keys_b.push(b.kb());
+    }
+    let (na, nb) = (keys_a.len(), keys_b.len());
+    let x = b.operand(keys_a, block_a);
+    let y = b.operand(keys_b, block_b);
+    let j = b.join(&x, &y, vec![1], vec![0], kernel);
+    // The join dim, maybe a's third dim, maybe a's first (then nothing is summed), then b's dim.
+    let mut g = vec![1];
+    if na == 3 && b.coin(0.5) {
+        g.push(2);
+    }
+    if b.coin(0.15) {
+        g.insert(0, 0);
+    }
+    if nb == 2 {
+        g.push(na);
+    }
+    let z = b.aggregate(&j, g, "matAdd");
     b.finish(&[&z])
 }

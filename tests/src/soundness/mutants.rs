@@ -78,6 +78,18 @@ pub fn all() -> Vec<Mutant> {
             make: matmul_bmm_wrong_shuffle,
         },
         Mutant {
+            name: "matmul-assoc grouping the new inner product by [2,0]",
+            change: "P·(Q·R) is built with Q·R keyed (column, row), so P meets it on R's column blocks",
+            replaces: "matmul-assoc",
+            make: matmul_assoc_wrong_key_order,
+        },
+        Mutant {
+            name: "agg-eager without linearity",
+            change: "an aggregation pushed below a join whose kernel (matAdd) is not linear in its operands",
+            replaces: "agg-eager",
+            make: agg_eager_not_linear,
+        },
+        Mutant {
             name: "R1-4 without distributivity",
             change: "a map pushed under an aggregation whose kernel it does not distribute over",
             replaces: "R1-4",
@@ -206,6 +218,30 @@ fn matmul_bmm_wrong_shuffle() -> RuleDef {
         .rw(rw(
             "(aggregate [0,2] kernel:matAdd (join [1] [0] kernel:matMul ?x ?y))",
             "(erase (lagg [0,2] kernel:matAdd (ljoin [1] [0] kernel:matMul (broadcast ?x) (shuffle [0] ?y))))",
+        )
+        .named("mutant"))
+        .build()
+}
+
+fn matmul_assoc_wrong_key_order() -> RuleDef {
+    Rule::new("matmul-assoc", Family::Order)
+        .why("MUTANT: the new inner product keyed (column, row)")
+        .rw(rw(
+            "(aggregate [0,2] kernel:matAdd (join [1] [0] kernel:matMul \
+             (aggregate [0,2] kernel:matAdd (join [1] [0] kernel:matMul ?x ?y)) ?z))",
+            "(aggregate [0,2] kernel:matAdd (join [1] [0] kernel:matMul ?x \
+             (aggregate [2,0] kernel:matAdd (join [1] [0] kernel:matMul ?y ?z))))",
+        )
+        .named("mutant"))
+        .build()
+}
+
+fn agg_eager_not_linear() -> RuleDef {
+    Rule::new("agg-eager", Family::Order)
+        .why("MUTANT: linearity of the join kernel not checked")
+        .rw(rw(
+            "(aggregate [1] kernel:matAdd (join [1] [0] kernel:matAdd ?a ?b))",
+            "(join [0] [0] kernel:matAdd (aggregate [1] kernel:matAdd ?a) ?b)",
         )
         .named("mutant"))
         .build()

@@ -1,0 +1,207 @@
+//! Bounding the contraction orders the e-graph explores.
+//!
+//! The contraction-order rules (phase [`Phase::Ordering`](crate::rule::Phase))
+//! make the graph hold every bracketing of a chain of products: O(n²)
+//! classes and O(n³) TRA nodes for a chain of n. Lowered and explored with
+//! every distribution, each of those products would grow the graph by the
+//! hundred nodes that one distributed matmul takes. So the orders are
+//! explored alone, on the TRA sort, and then the graph is rebuilt keeping,
+//! in every class, the member written in the program and the member that
+//! is cheapest by flops (a dynamic program over the classes: a member's
+//! flops are its own plus the cheapest of each operand's class, which for a
+//! chain is the classic matrix-chain recurrence). Lowering and exploration
+//! then choose the distribution of both orders jointly, by the full cost
+//! model: the written order stays available where its data movement wins.
+//!
+//! Flops at this level are those of the operator on whole relations
+//! (logical types): a join makes one kernel call per output tuple, an
+//! aggregation one per input tuple beyond the first of each group, as the
+//! cost model counts them for the local operators.
+
+use crate::egraph::{ClassData, Ia, TraAnalysis, TraEGraph};
+use egg::{Id, Language};
+use indexmap::IndexMap;
+use std::collections::{HashMap, HashSet};
+
+/// The flops of a TRA node on whole relations (0 for leaves and for
+/// operators whose cost does not depend on the order).
+fn own_flops(eg: &TraEGraph, class: Id, node: &Ia) -> u64 {
+    let logical = |id: Id| match &eg[id].data {
+        ClassData::L(l) => Some(l),
+        _ => None,
+    };
+    let kernel = |id: Id| crate::egraph::nodes::leaf(eg, id).ok().and_then(|p| p.as_kernel().ok());
+    let flops = || -> Option<u64> {
+        Some(match node {
+            Ia::Join([_, _, k, a, b]) => {
+                let (out, a, b) = (logical(class)?, logical(*a)?, logical(*b)?);
+                out.tuples.saturating_mul(kernel(*k)?.flops(&[&a.rel.array_bounds, &b.rel.array_bounds]))
+            }
+            Ia::Aggregate([_, k, x]) => {
+                let (out, x) = (logical(class)?, logical(*x)?);
+                let per = kernel(*k)?.flops(&[&x.rel.array_bounds, &x.rel.array_bounds]);
+                x.tuples.saturating_sub(out.tuples).saturating_mul(per)
+            }
+            Ia::Transform([k, x]) => {
+                let x = logical(*x)?;
+                x.tuples.saturating_mul(kernel(*k)?.flops(&[&x.rel.array_bounds]))
+            }
+            _ => 0,
+        })
+    };
+    flops().unwrap_or(0)
+}
+
+/// The cheapest flops of every class, by a fixpoint over the members (the
+/// graph holds no cycle through TRA operators, so it ends after at most as
+/// many rounds as the graph is deep).
+fn cheapest(eg: &TraEGraph) -> HashMap<Id, u64> {
+    let mut best: HashMap<Id, u64> = HashMap::new();
+    loop {
+        let mut changed = false;
+        for class in eg.classes() {
+            for node in &class.nodes {
+                let mut total = own_flops(eg, class.id, node);
+                let mut known = true;
+                for c in node.children() {
+                    match best.get(&eg.find(*c)) {
+                        Some(f) => total = total.saturating_add(*f),
+                        None => known = false,
+                    }
+                }
+                if known && best.get(&class.id).is_none_or(|b| total < *b) {
+                    best.insert(class.id, total);
+                    changed = true;
+                }
+            }
+        }
+        if !changed {
+            return best;
+        }
+    }
+}
+
+/// The member of every class that the program wrote (before any rule ran,
+/// each class has one operator), for [`prune`].
+pub fn written(eg: &TraEGraph) -> HashMap<Id, Ia> {
+    eg.classes()
+        .filter_map(|c| c.nodes.iter().find(|n| !matches!(n, Ia::Param(_))).map(|n| (c.id, n.clone())))
+        .collect()
+}
+
+/// What [`prune`] kept.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Pruned {
+    /// TRA nodes the ordering phase had built.
+    pub explored: usize,
+    /// TRA nodes kept.
+    pub kept: usize,
+    /// Of those, the ones the program did not write (other orders).
+    pub reordered: usize,
+}
+
+/// The graph rebuilt with, in every class reachable from `roots`, the
+/// member `written` names (the program's own operator) and the member of
+/// least flops (ties: the written one, else the first), and the roots in
+/// it. `written` maps a class (as it was before the ordering phase) to the
+/// node the program wrote there.
+pub fn prune(
+    eg: &TraEGraph,
+    roots: &IndexMap<String, Id>,
+    written: &HashMap<Id, Ia>,
+    fresh: TraAnalysis,
+) -> (TraEGraph, IndexMap<String, Id>, Pruned) {
+    let best = cheapest(eg);
+    let written: HashMap<Id, Ia> =
+        written.iter().map(|(c, n)| (eg.find(*c), n.clone().map_children(|k| eg.find(k)))).collect();
+    let mut out = TraEGraph::new(fresh);
+    let mut built: HashMap<Id, Id> = HashMap::new();
+    let mut open: HashSet<Id> = HashSet::new();
+    let mut kept = (0, 0);
+    let new_roots = roots
+        .iter()
+        .map(|(name, id)| {
+            let id = build(eg, eg.find(*id), &best, &written, &mut out, &mut built, &mut open, &mut kept);
+            (name.clone(), id.expect("a root has a member"))
+        })
+        .collect();
+    out.rebuild();
+    let explored = eg.classes().map(|c| c.nodes.iter().filter(|n| !matches!(n, Ia::Param(_))).count()).sum();
+    (out, new_roots, Pruned { explored, kept: kept.0, reordered: kept.1 })
+}
+
+/// The members of `class` that [`prune`] keeps, in order.
+fn kept_members(eg: &TraEGraph, class: Id, best: &HashMap<Id, u64>, written: &HashMap<Id, Ia>) -> Vec<Ia> {
+    let nodes = &eg[class].nodes;
+    let total = |n: &Ia| {
+        n.children()
+            .iter()
+            .try_fold(own_flops(eg, class, n), |acc, c| best.get(&eg.find(*c)).map(|f| acc.saturating_add(*f)))
+            .unwrap_or(u64::MAX)
+    };
+    let mine = written.get(&class);
+    let mut keep: Vec<Ia> = mine.into_iter().cloned().collect();
+    let cheapest = nodes.iter().min_by_key(|n| (total(n), Some(*n) != mine));
+    if let Some(c) = cheapest {
+        if Some(c) != mine {
+            keep.push(c.clone());
+        }
+    }
+    keep
+}
+
+#[allow(clippy::too_many_arguments)]
+fn build(
+    eg: &TraEGraph,
+    class: Id,
+    best: &HashMap<Id, u64>,
+    written: &HashMap<Id, Ia>,
+    out: &mut TraEGraph,
+    built: &mut HashMap<Id, Id>,
+    open: &mut HashSet<Id>,
+    kept: &mut (usize, usize),
+) -> Option<Id> {
+    if let Some(id) = built.get(&class) {
+        return Some(*id);
+    }
+    if !open.insert(class) {
+        return None;
+    }
+    let mut id: Option<Id> = None;
+    let mine = written.get(&class);
+    for node in kept_members(eg, class, best, written) {
+        let other_order = Some(&node) != mine;
+        let mut ok = true;
+        let mut kids = Vec::new();
+        for c in node.children() {
+            match build(eg, eg.find(*c), best, written, out, built, open, kept) {
+                Some(k) => kids.push(k),
+                None => ok = false,
+            }
+        }
+        if !ok {
+            continue;
+        }
+        let mut i = 0;
+        let new = node.map_children(|_| {
+            i += 1;
+            kids[i - 1]
+        });
+        if !matches!(new, Ia::Param(_)) {
+            kept.0 += 1;
+            kept.1 += usize::from(other_order);
+        }
+        let added = out.add(new);
+        match id {
+            None => id = Some(added),
+            Some(first) => {
+                out.union(first, added);
+            }
+        }
+    }
+    open.remove(&class);
+    if let Some(id) = id {
+        built.insert(class, id);
+    }
+    id
+}
