@@ -35,6 +35,49 @@ pub struct KernelInfo {
     pub matrix_product: Option<(bool, bool)>,
 }
 
+impl KernelInfo {
+    /// An entry that states no algebraic fact: no rule that needs one
+    /// applies to it until the entry opts in with the methods below.
+    const fn new(name: &'static str, arity: usize, params: &'static [&'static str], doc: &'static str) -> Self {
+        KernelInfo {
+            name,
+            arity,
+            params,
+            doc,
+            assoc_comm: false,
+            elementwise: false,
+            distributes_over: &[],
+            bilinear_over: &[],
+            matrix_product: None,
+        }
+    }
+
+    /// States that the kernel is associative and commutative.
+    const fn assoc_comm(self) -> Self {
+        KernelInfo { assoc_comm: true, ..self }
+    }
+
+    /// States that the kernel works element by element.
+    const fn elementwise(self) -> Self {
+        KernelInfo { elementwise: true, ..self }
+    }
+
+    /// States the binary kernels this one distributes over.
+    const fn distributes_over(self, kernels: &'static [&'static str]) -> Self {
+        KernelInfo { distributes_over: kernels, ..self }
+    }
+
+    /// States the aggregations this binary kernel is linear over in each operand.
+    const fn bilinear_over(self, aggregations: &'static [&'static str]) -> Self {
+        KernelInfo { bilinear_over: aggregations, ..self }
+    }
+
+    /// States that the kernel is a block matrix product, and which operands it reads transposed.
+    const fn matrix_product(self, transpose_a: bool, transpose_b: bool) -> Self {
+        KernelInfo { matrix_product: Some((transpose_a, transpose_b)), ..self }
+    }
+}
+
 /// The binary elementwise kernels: selecting elements (`diag`, `transpose`)
 /// distributes over all of them.
 const ELEMENTWISE_BINARY: &[&str] = &["matAdd", "matSub", "elemMul", "max", "min", "reluGrad", "sgdStep"];
@@ -50,314 +93,124 @@ fn is_integer_param(param: &str) -> bool {
 }
 
 static CATALOG: &[KernelInfo] = &[
-    KernelInfo {
-        name: "matMul",
-        arity: 2,
-        params: &[],
-        doc: "Matrix product A·B: [m,k]×[k,n]→[m,n]. Flops 2mkn.",
-        assoc_comm: false,
-        elementwise: false,
-        distributes_over: &[],
-        bilinear_over: SUM,
-        matrix_product: Some((false, false)),
-    },
-    KernelInfo {
-        name: "matMulTN",
-        arity: 2,
-        params: &[],
-        doc: "Aᵀ·B: [k,m]×[k,n]→[m,n]. Flops 2mkn.",
-        assoc_comm: false,
-        elementwise: false,
-        distributes_over: &[],
-        bilinear_over: SUM,
-        matrix_product: Some((true, false)),
-    },
-    KernelInfo {
-        name: "matMulNT",
-        arity: 2,
-        params: &[],
-        doc: "A·Bᵀ: [m,k]×[n,k]→[m,n]. Flops 2mkn.",
-        assoc_comm: false,
-        elementwise: false,
-        distributes_over: &[],
-        bilinear_over: SUM,
-        matrix_product: Some((false, true)),
-    },
-    KernelInfo {
-        name: "matMulTT",
-        arity: 2,
-        params: &[],
-        doc: "Aᵀ·Bᵀ: [k,m]×[n,k]→[m,n]. Flops 2mkn.",
-        assoc_comm: false,
-        elementwise: false,
-        distributes_over: &[],
-        bilinear_over: SUM,
-        matrix_product: Some((true, true)),
-    },
-    KernelInfo {
-        name: "matAdd",
-        arity: 2,
-        params: &[],
-        doc: "Elementwise a+b of two arrays of the same shape (any rank, vectors too). Flops: element count.",
-        assoc_comm: true,
-        elementwise: true,
-        distributes_over: &[],
-        bilinear_over: &[],
-        matrix_product: None,
-    },
-    KernelInfo {
-        name: "matSub",
-        arity: 2,
-        params: &[],
-        doc: "Elementwise a−b of two arrays of the same shape. Flops: element count.",
-        assoc_comm: false,
-        elementwise: true,
-        distributes_over: &[],
-        bilinear_over: &[],
-        matrix_product: None,
-    },
-    KernelInfo {
-        name: "elemMul",
-        arity: 2,
-        params: &[],
-        doc: "Elementwise product a⊙b of two arrays of the same shape. Flops: element count.",
-        assoc_comm: true,
-        elementwise: true,
-        distributes_over: &[],
-        bilinear_over: SUM,
-        matrix_product: None,
-    },
-    KernelInfo {
-        name: "max",
-        arity: 2,
-        params: &[],
-        doc: "Elementwise maximum of two arrays of the same shape (a NaN loses to a number). Flops: element count.",
-        assoc_comm: true,
-        elementwise: true,
-        distributes_over: &[],
-        bilinear_over: &[],
-        matrix_product: None,
-    },
-    KernelInfo {
-        name: "min",
-        arity: 2,
-        params: &[],
-        doc: "Elementwise minimum of two arrays of the same shape (a NaN loses to a number). Flops: element count.",
-        assoc_comm: true,
-        elementwise: true,
-        distributes_over: &[],
-        bilinear_over: &[],
-        matrix_product: None,
-    },
-    KernelInfo {
-        name: "reluGrad",
-        arity: 2,
-        params: &[],
-        doc: "(grad, z) → grad ⊙ (z > 0), same shapes. Flops: element count.",
-        assoc_comm: false,
-        elementwise: true,
-        distributes_over: &[],
-        bilinear_over: &[],
-        matrix_product: None,
-    },
-    KernelInfo {
-        name: "sgdStep",
-        arity: 2,
-        params: &["lr"],
-        doc: "(w, g) → w − lr·g, same shapes. Flops: 2 × element count.",
-        assoc_comm: false,
-        elementwise: true,
-        distributes_over: &[],
-        bilinear_over: &[],
-        matrix_product: None,
-    },
-    KernelInfo {
-        name: "relu",
-        arity: 1,
-        params: &[],
-        doc: "max(x, 0) elementwise, any shape. Flops: element count.",
-        assoc_comm: false,
-        elementwise: true,
-        distributes_over: &["max", "min"],
-        bilinear_over: &[],
-        matrix_product: None,
-    },
-    KernelInfo {
-        name: "sigmoid",
-        arity: 1,
-        params: &[],
-        doc: "1/(1+e^−x) elementwise, any shape. Flops: 4 × element count.",
-        assoc_comm: false,
-        elementwise: true,
-        distributes_over: &[],
-        bilinear_over: &[],
-        matrix_product: None,
-    },
-    KernelInfo {
-        name: "scale",
-        arity: 1,
-        params: &["c"],
-        doc: "c·x elementwise, any shape. Flops: element count.",
-        assoc_comm: false,
-        elementwise: true,
-        distributes_over: LINEAR,
-        bilinear_over: &[],
-        matrix_product: None,
-    },
-    KernelInfo {
-        name: "neg",
-        arity: 1,
-        params: &[],
-        doc: "−x elementwise, any shape. Flops: element count.",
-        assoc_comm: false,
-        elementwise: true,
-        distributes_over: LINEAR,
-        bilinear_over: &[],
-        matrix_product: None,
-    },
-    KernelInfo {
-        name: "diag",
-        arity: 1,
-        params: &[],
-        doc: "The diagonal of a square matrix: [n,n]→[n]. Flops 0.",
-        assoc_comm: false,
-        elementwise: false,
-        distributes_over: ELEMENTWISE_BINARY,
-        bilinear_over: &[],
-        matrix_product: None,
-    },
-    KernelInfo {
-        name: "transpose",
-        arity: 1,
-        params: &[],
-        doc: "Matrix transpose: [m,n]→[n,m]. Flops 0.",
-        assoc_comm: false,
-        elementwise: false,
-        distributes_over: ELEMENTWISE_BINARY,
-        bilinear_over: &[],
-        matrix_product: None,
-    },
-    KernelInfo {
-        name: "matVecAdd",
-        arity: 2,
-        params: &[],
-        doc: "Adds the vector to every row (bias add): [m,n]×[n]→[m,n]. Flops mn.",
-        assoc_comm: false,
-        elementwise: false,
-        distributes_over: &[],
-        bilinear_over: &[],
-        matrix_product: None,
-    },
-    KernelInfo {
-        name: "matVecSub",
-        arity: 2,
-        params: &[],
-        doc: "Subtracts the vector from every row: [m,n]×[n]→[m,n]. Flops mn.",
-        assoc_comm: false,
-        elementwise: false,
-        distributes_over: &[],
-        bilinear_over: &[],
-        matrix_product: None,
-    },
-    KernelInfo {
-        name: "rowSum",
-        arity: 1,
-        params: &[],
-        doc: "Sum of each row: [m,n]→[m]. Flops m(n−1) (additions).",
-        assoc_comm: false,
-        elementwise: false,
-        distributes_over: LINEAR,
-        bilinear_over: &[],
-        matrix_product: None,
-    },
-    KernelInfo {
-        name: "colSum",
-        arity: 1,
-        params: &[],
-        doc: "Sum of each column: [m,n]→[n]. Flops (m−1)n (additions).",
-        assoc_comm: false,
-        elementwise: false,
-        distributes_over: LINEAR,
-        bilinear_over: &[],
-        matrix_product: None,
-    },
-    KernelInfo {
-        name: "minIndex",
-        arity: 1,
-        params: &[],
-        doc: "Per row the minimum value and its column index (local to the block, as f64; ties: smaller index): \
+    KernelInfo::new("matMul", 2, &[], "Matrix product A·B: [m,k]×[k,n]→[m,n]. Flops 2mkn.")
+        .bilinear_over(SUM)
+        .matrix_product(false, false),
+    KernelInfo::new("matMulTN", 2, &[], "Aᵀ·B: [k,m]×[k,n]→[m,n]. Flops 2mkn.")
+        .bilinear_over(SUM)
+        .matrix_product(true, false),
+    KernelInfo::new("matMulNT", 2, &[], "A·Bᵀ: [m,k]×[n,k]→[m,n]. Flops 2mkn.")
+        .bilinear_over(SUM)
+        .matrix_product(false, true),
+    KernelInfo::new("matMulTT", 2, &[], "Aᵀ·Bᵀ: [k,m]×[n,k]→[m,n]. Flops 2mkn.")
+        .bilinear_over(SUM)
+        .matrix_product(true, true),
+    KernelInfo::new(
+        "matAdd",
+        2,
+        &[],
+        "Elementwise a+b of two arrays of the same shape (any rank, vectors too). Flops: element count.",
+    )
+    .assoc_comm()
+    .elementwise(),
+    KernelInfo::new("matSub", 2, &[], "Elementwise a−b of two arrays of the same shape. Flops: element count.")
+        .elementwise(),
+    KernelInfo::new(
+        "elemMul",
+        2,
+        &[],
+        "Elementwise product a⊙b of two arrays of the same shape. Flops: element count.",
+    )
+    .assoc_comm()
+    .elementwise()
+    .bilinear_over(SUM),
+    KernelInfo::new(
+        "max",
+        2,
+        &[],
+        "Elementwise maximum of two arrays of the same shape (a NaN loses to a number). Flops: element count.",
+    )
+    .assoc_comm()
+    .elementwise(),
+    KernelInfo::new(
+        "min",
+        2,
+        &[],
+        "Elementwise minimum of two arrays of the same shape (a NaN loses to a number). Flops: element count.",
+    )
+    .assoc_comm()
+    .elementwise(),
+    KernelInfo::new("reluGrad", 2, &[], "(grad, z) → grad ⊙ (z > 0), same shapes. Flops: element count.").elementwise(),
+    KernelInfo::new("sgdStep", 2, &["lr"], "(w, g) → w − lr·g, same shapes. Flops: 2 × element count.").elementwise(),
+    KernelInfo::new("relu", 1, &[], "max(x, 0) elementwise, any shape. Flops: element count.")
+        .elementwise()
+        .distributes_over(&["max", "min"]),
+    KernelInfo::new("sigmoid", 1, &[], "1/(1+e^−x) elementwise, any shape. Flops: 4 × element count.").elementwise(),
+    KernelInfo::new("scale", 1, &["c"], "c·x elementwise, any shape. Flops: element count.")
+        .elementwise()
+        .distributes_over(LINEAR),
+    KernelInfo::new("neg", 1, &[], "−x elementwise, any shape. Flops: element count.")
+        .elementwise()
+        .distributes_over(LINEAR),
+    KernelInfo::new("diag", 1, &[], "The diagonal of a square matrix: [n,n]→[n]. Flops 0.")
+        .distributes_over(ELEMENTWISE_BINARY),
+    KernelInfo::new("transpose", 1, &[], "Matrix transpose: [m,n]→[n,m]. Flops 0.")
+        .distributes_over(ELEMENTWISE_BINARY),
+    KernelInfo::new("matVecAdd", 2, &[], "Adds the vector to every row (bias add): [m,n]×[n]→[m,n]. Flops mn."),
+    KernelInfo::new("matVecSub", 2, &[], "Subtracts the vector from every row: [m,n]×[n]→[m,n]. Flops mn."),
+    KernelInfo::new("rowSum", 1, &[], "Sum of each row: [m,n]→[m]. Flops m(n−1) (additions).").distributes_over(LINEAR),
+    KernelInfo::new("colSum", 1, &[], "Sum of each column: [m,n]→[n]. Flops (m−1)n (additions).")
+        .distributes_over(LINEAR),
+    KernelInfo::new(
+        "minIndex",
+        1,
+        &[],
+        "Per row the minimum value and its column index (local to the block, as f64; ties: smaller index): \
               [m,n]→[m,2], n ≥ 1; a vector [n] is one row: [n]→[1,2]. Flops mn.",
-        assoc_comm: false,
-        elementwise: false,
-        distributes_over: &[],
-        bilinear_over: &[],
-        matrix_product: None,
-    },
-    KernelInfo {
-        name: "minPair",
-        arity: 2,
-        params: &[],
-        doc: "Per row keeps the (value, index) pair with the smaller value (ties: smaller index): \
+    ),
+    KernelInfo::new(
+        "minPair",
+        2,
+        &[],
+        "Per row keeps the (value, index) pair with the smaller value (ties: smaller index): \
               [m,2]×[m,2]→[m,2]. Flops m.",
-        assoc_comm: true,
-        elementwise: false,
-        distributes_over: &[],
-        bilinear_over: &[],
-        matrix_product: None,
-    },
-    KernelInfo {
-        name: "offsetIndex",
-        arity: 1,
-        params: &["o"],
-        doc: "Adds the integer o to column 1 (the index of a minIndex result): [m,2]→[m,2]. Flops m.",
-        assoc_comm: false,
-        elementwise: false,
-        distributes_over: &["minPair"],
-        bilinear_over: &[],
-        matrix_product: None,
-    },
-    KernelInfo {
-        name: "tile",
-        arity: 1,
-        params: &["dim", "size"],
-        doc: "Cuts the block along array axis dim into pieces of bound size (bound[dim] must be a multiple \
+    )
+    .assoc_comm(),
+    KernelInfo::new(
+        "offsetIndex",
+        1,
+        &["o"],
+        "Adds the integer o to column 1 (the index of a minIndex result): [m,2]→[m,2]. Flops m.",
+    )
+    .distributes_over(&["minPair"]),
+    KernelInfo::new(
+        "tile",
+        1,
+        &["dim", "size"],
+        "Cuts the block along array axis dim into pieces of bound size (bound[dim] must be a multiple \
               of size); gives bound[dim]/size blocks, in order. Flops 0.",
-        assoc_comm: false,
-        elementwise: false,
-        distributes_over: &[],
-        bilinear_over: &[],
-        matrix_product: None,
-    },
-    KernelInfo {
-        name: "concat",
-        arity: 2,
-        params: &["key_dim", "array_dim"],
-        doc: "Undoes tile inside an aggregation: the group's pieces, ordered by key component key_dim, are \
+    ),
+    KernelInfo::new(
+        "concat",
+        2,
+        &["key_dim", "array_dim"],
+        "Undoes tile inside an aggregation: the group's pieces, ordered by key component key_dim, are \
               joined along array axis array_dim; missing pieces are zero-filled. Output shape given for one \
               piece: the caller multiplies bound array_dim by the piece count. Flops 0.",
-        assoc_comm: false,
-        elementwise: false,
-        distributes_over: &[],
-        bilinear_over: &[],
-        matrix_product: None,
-    },
-    KernelInfo {
-        name: EINSUM,
-        arity: 2,
-        params: &["spec"],
-        doc: "Einstein summation inside a block (paper 004's einSumOp). The spec lists the operands' letters, then \
+    ),
+    KernelInfo::new(
+        EINSUM,
+        2,
+        &["spec"],
+        "Einstein summation inside a block (paper 004's einSumOp). The spec lists the operands' letters, then \
               the output's, separated by `_`: einSum(ij_jk_ik) is numpy's einsum('ij,jk->ik') = matMul, \
               einSum(bij_bjk_bik) a batched product. With one operand it is unary: einSum(ii_i) diagonal, \
               einSum(ij_ji) transpose, einSum(ij_i) row sums, einSum(ii_) trace (an empty part is a scalar, shape []). \
               A letter repeated in an operand takes a diagonal; letters not in the output are summed; all \
               occurrences of a letter must have one size. Flops: T = ∏ sizes of the distinct letters; binary 2T \
               when it sums a letter, else T; unary T when it sums a letter, else 0.",
-        assoc_comm: false,
-        elementwise: false,
-        distributes_over: &[],
-        bilinear_over: SUM,
-        matrix_product: None,
-    },
+    )
+    .bilinear_over(SUM),
     // Nonlinear and normalising kernels: softmax, layer normalization,
     // logistic loss, attention. Across blocks, a row-wise max is
     // `aggregate(max)` over `rowMax`, a row-wise sum `aggregate(matAdd)` over
@@ -445,17 +298,12 @@ const fn nonlinear(
     elementwise: bool,
     distributes_over: &'static [&'static str],
 ) -> KernelInfo {
-    KernelInfo {
-        name,
-        arity,
-        params,
-        doc,
-        assoc_comm: false,
-        elementwise,
-        distributes_over,
-        // No linearity facts: no reordering rule applies to these kernels.
-        bilinear_over: &[],
-        matrix_product: None,
+    // No linearity facts: no reordering rule applies to these kernels.
+    let entry = KernelInfo::new(name, arity, params, doc).distributes_over(distributes_over);
+    if elementwise {
+        entry.elementwise()
+    } else {
+        entry
     }
 }
 
