@@ -207,7 +207,9 @@ fn node<'a>(r: &'a JobReport, name: &str) -> Result<&'a serde_json::Value, Strin
 /// Measure the cluster that `args` names.
 pub fn calibrate(args: &CalibrateArgs) -> Result<Calibration, String> {
     let target = match &args.hosts {
-        Some(h) => Target::Hosts { hosts: agent::read_hosts(h)?, secret: cluster_secret(args.secret_file.as_deref(), h)? },
+        Some(h) => {
+            Target::Hosts { hosts: agent::read_hosts(h)?, secret: cluster_secret(args.secret_file.as_deref(), h)? }
+        }
         None => Target::Local { processes: args.processes },
     };
     let n = target.processes();
@@ -221,7 +223,9 @@ pub fn calibrate(args: &CalibrateArgs) -> Result<Calibration, String> {
     let reps = args.reps.clamp(1, 20);
     let (dir, remove_dir) = match (&args.dir, &args.hosts) {
         (Some(d), _) => (d.clone(), false),
-        (None, Some(h)) => (h.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new(".")).to_path_buf(), false),
+        (None, Some(h)) => {
+            (h.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new(".")).to_path_buf(), false)
+        }
         (None, None) => {
             let d = std::env::temp_dir().join(format!("tra-calibrate-{}", std::process::id()));
             std::fs::create_dir_all(&d).map_err(|e| format!("cannot create {}: {e}", d.display()))?;
