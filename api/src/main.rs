@@ -142,7 +142,7 @@ enum Command {
     /// processes over loopback or on the workers of `--hosts FILE`, through
     /// the runtime `tra run` uses, and print the `profile` JSON (`tra serve
     /// --profile FILE`, `tra optimize --profile FILE`). Takes a few seconds
-    /// (longer on slow links: 16 MiB cross each site's link per repetition).
+    /// (longer on slow links: each repetition shuffles 36 MiB per site).
     Calibrate {
         #[command(flatten)]
         args: tra_api::calibrate::CalibrateArgs,
