@@ -1,20 +1,29 @@
-"""Runs every alternative plan of a suite of shapes on `--processes N` timely
-processes over loopback, under both cost models, and compares the predicted
-seconds with the measured ones.
+"""Runs every alternative plan of a suite of shapes on the cluster runtime,
+under both cost models, and compares the predicted seconds with the measured
+ones.
+
+Two settings: `--processes N` job processes on this machine over loopback
+(compute-bound), or the `tra worker`s of `--hosts FILE` (for example the
+shaped network of `bench/cluster/netbench.sh --every-alternative`; then
+`--work DIR` must be a directory inside the workers' --data-dir).
 
 For each shape and each cost model (`network`, `time`): `tra optimize
 --format json --cost-model M --profile P` gives the alternatives (one per
-strategy) with `cost.seconds`; each alternative is run with `tra run
---processes N --alternative LABEL` on random float32 inputs, best of --reps;
-the measured time is the dataflow's wall time less input loading
-(`timings_ms.run - timings_ms.load`). Reported per shape and model: every
-alternative's predicted and measured seconds, the regret (the chosen plan's
-measured time over the fastest measured), and Kendall's tau between
-predicted and measured over the pairs the model tells apart (predictions more
+strategy) with their plans and `cost.seconds`; every distinct plan of either
+model is run with `tra run --plan` on the same random float32 inputs, best of
+--reps (runs interleaved, so that a disturbance of the machine hits every
+plan alike); the measured time is the dataflow's wall time less input loading
+(`timings_ms.run - timings_ms.load`). Every plan's outputs must agree
+(checksums within 1e-3 relative). Reported per shape and model: every
+alternative's predicted and measured seconds, the chosen plan's prediction
+over its measured time, the regret (the chosen plan's measured time over the
+fastest measured plan of either model), and Kendall's tau between the model's
+own ranking figure (`cost.total`: floats for `network`, seconds for `time`)
+and the measured times over the pairs the model tells apart (figures more
 than 5% apart).
 
-Run `tra calibrate --processes N > profile.json` first and pass it with
---profile (without it the API's default profile is used).
+Run `tra calibrate --processes N > profile.json` (or `--hosts FILE`) first
+and pass it with --profile (without it the API's default profile is used).
 """
 
 import argparse
@@ -29,12 +38,20 @@ import numpy as np
 ap = argparse.ArgumentParser()
 ap.add_argument("--tra", default="target/release/tra")
 ap.add_argument("--processes", type=int, default=2)
+ap.add_argument("--hosts", default=None, help="run on the tra workers of this host file")
+ap.add_argument("--work", default=None, help="directory for inputs and outputs (with --hosts: inside the workers' --data-dir)")
 ap.add_argument("--profile", default=None)
 ap.add_argument("--reps", type=int, default=3)
 ap.add_argument("--block", type=int, default=256)
-ap.add_argument("--json", action="store_true")
+ap.add_argument("--only", default=None, help="run only the shapes whose name contains this text")
+ap.add_argument("--json", default=None, help="also write the rows as JSON to this file")
 args = ap.parse_args()
 b = args.block
+if args.hosts:
+    with open(args.hosts) as f:
+        SITES = len([l for l in f if l.strip() and not l.lstrip().startswith("#")])
+else:
+    SITES = args.processes
 
 
 def matmul(kx, ky, px=None, py=None):
@@ -51,21 +68,50 @@ def matmul(kx, ky, px=None, py=None):
             "outputs": ["Z"]}
 
 
+def chain():
+    """A·B·C with A 16×4, B 4×16, C 16×2 blocks: (A·B)·C multiplies 1024
+    block pairs through a large intermediate, A·(B·C) 256."""
+    d = lambda k: {"key_bounds": k, "array_bounds": [b, b]}
+    j = lambda l, r: {"op": "join", "left": l, "right": r, "left_keys": [1], "right_keys": [0], "kernel": "matMul"}
+    agg = lambda i: {"op": "aggregate", "input": i, "group_by": [0, 2], "kernel": "matAdd"}
+    return {"inputs": {"A": d([16, 4]), "B": d([4, 16]), "C": d([16, 2])},
+            "nodes": {"AB": j("A", "B"), "ABs": agg("AB"), "ABC": j("ABs", "C"), "Z": agg("ABC")},
+            "outputs": ["Z"]}
+
+
+def ffnn():
+    """One SGD step of a two-layer network (forward, backward, update), as
+    examples/ffnn-google-speech.json, scaled to this machine: a batch of 4096
+    rows in 8 blocks (hashed by row), 1024 features and 1024 hidden units in 4
+    blocks of 256, 16 labels."""
+    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples", "ffnn-google-speech.json")) as f:
+        p = json.load(f)
+    p["inputs"] = {"X": {"key_bounds": [8, 4], "array_bounds": [512, 256], "placement": {"hash": [0]}},
+                   "Y": {"key_bounds": [8, 1], "array_bounds": [512, 16], "placement": {"hash": [0]}},
+                   "W1": {"key_bounds": [4, 4], "array_bounds": [256, 256]},
+                   "W2": {"key_bounds": [4, 1], "array_bounds": [256, 16]}}
+    p.pop("cluster", None)
+    return p
+
+
 SHAPES = {
-    "square 4×4·4×4": matmul([4, 4], [4, 4]),
-    "common large dim 1×8·8×1": matmul([1, 8], [8, 1]),
-    "two large dims 8×1·1×8": matmul([8, 1], [1, 8]),
-    "skewed 2×8·8×2 (hashed)": matmul([2, 8], [8, 2], {"hash": [0]}, {"hash": [1]}),
-    "thin 8×2·2×1": matmul([8, 2], [2, 1]),
-    "broadcast from one site": matmul([4, 4], [4, 1], {"hash": []}, {"hash": []}),
-    "diag(X+Y)": {
-        "inputs": {"X": {"key_bounds": [4, 4], "array_bounds": [b, b]},
-                   "Y": {"key_bounds": [4, 4], "array_bounds": [b, b]}},
+    "square 8×8·8×8": matmul([8, 8], [8, 8]),
+    "common large dim 2×48·48×2": matmul([2, 48], [48, 2]),
+    "two large dims 16×2·2×16": matmul([16, 2], [2, 16]),
+    "skewed 2×64·64×2 (hashed)": matmul([2, 64], [64, 2], {"hash": [0]}, {"hash": [1]}),
+    "thin 64×4·4×1": matmul([64, 4], [4, 1]),
+    "1-block dim 1×8·8×32": matmul([1, 8], [8, 32]),
+    "broadcast from one site 8×8·8×4": matmul([8, 8], [8, 4], {"hash": []}, {"hash": []}),
+    "diag(X+Y) 16×16": {
+        "inputs": {"X": {"key_bounds": [16, 16], "array_bounds": [b, b]},
+                   "Y": {"key_bounds": [16, 16], "array_bounds": [b, b]}},
         "nodes": {"S": {"op": "join", "left": "X", "right": "Y", "left_keys": [0, 1], "right_keys": [0, 1],
                         "kernel": "matAdd"},
                   "D": {"op": "filter", "input": "S", "predicate": "k0 == k1"},
                   "Z": {"op": "transform", "input": "D", "kernel": "diag"}},
         "outputs": ["Z"]},
+    "FFNN step 4096×1024×1024×16": ffnn(),
+    "3-matmul chain 16×4·4×16·16×2": chain(),
 }
 
 
@@ -89,61 +135,97 @@ def kendall(pred, meas):
     return None if n == 0 else (agree - disagree) / n
 
 
+def where():
+    if args.hosts:
+        return ["--hosts", args.hosts]
+    return ["--processes", str(args.processes)]
+
+
+def run_shape(name, prog, d):
+    prog = dict(prog)
+    prog["cluster"] = {"sites": SITES}
+    path = os.path.join(d, "program.json")
+    with open(path, "w") as f:
+        json.dump(prog, f)
+    ins = []
+    rng = np.random.default_rng(7)
+    for n, decl in prog["inputs"].items():
+        a = rng.standard_normal(decl["key_bounds"] + decl["array_bounds"], dtype=np.float32)
+        fp = os.path.join(d, f"{n}.npy")
+        np.save(fp, a)
+        ins += ["--input", f"{n}={fp}"]
+    outs = []
+    for o in prog["outputs"]:
+        outs += ["--output", f"{o}=" + os.path.join(d, f"out-{o}.npy")]
+    answers = {}
+    plans = {}  # plan JSON -> file
+    for model in ["network", "time"]:
+        opt = [args.tra, "optimize", path, "--format", "json", "--cost-model", model]
+        if args.profile:
+            opt += ["--profile", args.profile]
+        answers[model] = json.loads(sh(opt))["alternatives"]
+        for a in answers[model]:
+            key = json.dumps(a["plan"], sort_keys=True)
+            if key not in plans:
+                fp = os.path.join(d, f"plan-{len(plans)}.json")
+                with open(fp, "w") as f:
+                    json.dump(a["plan"], f)
+                plans[key] = fp
+    measured = {k: None for k in plans}
+    checksums = {}
+    for _ in range(args.reps):
+        for key, fp in plans.items():
+            rep = json.loads(sh([args.tra, "run", path, *ins, *where(), "--plan", fp, "--format", "json", *outs]))
+            t = rep["timings_ms"]
+            s = (t["run"] - t.get("load", 0.0)) / 1000.0
+            measured[key] = s if measured[key] is None else min(measured[key], s)
+            checksums[key] = [rep["outputs"][o]["checksum"]["sum"] for o in prog["outputs"]]
+    ref = next(iter(checksums.values()))
+    scale = [max(abs(v["checksum"]["abs_sum"]), 1.0) for v in rep["outputs"].values()]
+    for key, c in checksums.items():
+        for x, y, sc in zip(c, ref, scale):
+            assert abs(x - y) <= 1e-3 * sc, f"{name}: plans disagree ({x} vs {y})"
+    fastest = min(measured.values())
+    rows = []
+    for model, alts in answers.items():
+        keys = [json.dumps(a["plan"], sort_keys=True) for a in alts]
+        pred = [a["cost"]["seconds"] for a in alts]
+        rank = [a["cost"]["total"] for a in alts]
+        meas = [measured[k] for k in keys]
+        rows.append({"shape": name, "model": model, "labels": [a["label"] for a in alts],
+                     "predicted_s": pred, "ranked_by": rank, "measured_s": meas,
+                     "chosen_predicted_over_measured": pred[0] / meas[0],
+                     "regret": meas[0] / fastest, "kendall_tau": kendall(rank, meas)})
+        r = rows[-1]
+        tau = "—" if r["kendall_tau"] is None else f"{r['kendall_tau']:.2f}"
+        print(f"{name:34} {model:8} regret {r['regret']:.2f}  pred/meas {r['chosen_predicted_over_measured']:.2f}  "
+              f"tau {tau}  ({len(alts)} alternatives, {len(plans)} plans run)", file=sys.stderr, flush=True)
+    return rows
+
+
 def main():
     rows = []
-    with tempfile.TemporaryDirectory() as d:
+    with tempfile.TemporaryDirectory(dir=args.work) as d:
         for name, prog in SHAPES.items():
-            prog = dict(prog)
-            prog["cluster"] = {"sites": args.processes}
-            path = os.path.join(d, "p.json")
-            with open(path, "w") as f:
-                json.dump(prog, f)
-            ins = []
-            rng = np.random.default_rng(7)
-            for n, decl in prog["inputs"].items():
-                a = rng.standard_normal(decl["key_bounds"] + decl["array_bounds"], dtype=np.float32)
-                fp = os.path.join(d, f"{n}.npy")
-                np.save(fp, a)
-                ins += ["--input", f"{n}={fp}"]
-            for model in ["network", "time"]:
-                opt = [args.tra, "optimize", path, "--format", "json", "--cost-model", model]
-                if args.profile:
-                    opt += ["--profile", args.profile]
-                answer = json.loads(sh(opt))
-                alts = answer["alternatives"]
-                pred, meas = [], []
-                for a in alts:
-                    best = None
-                    for _ in range(args.reps):
-                        run = [args.tra, "run", path, *ins, "--processes", str(args.processes), "--cost-model", model,
-                               "--alternative", a["label"], "--format", "json",
-                               "--output", "Z=" + os.path.join(d, "z.npy")]
-                        if args.profile:
-                            run += ["--profile", args.profile]
-                        rep = json.loads(sh(run))
-                        t = rep["timings_ms"]
-                        s = (t["run"] - t.get("load", 0.0)) / 1000.0
-                        best = s if best is None else min(best, s)
-                    pred.append(a["cost"]["seconds"])
-                    meas.append(best)
-                fastest = min(meas)
-                rows.append({"shape": name, "model": model, "labels": [a["label"] for a in alts],
-                             "predicted_s": pred, "measured_s": meas,
-                             "regret": meas[0] / fastest if fastest > 0 else None,
-                             "kendall_tau": kendall(pred, meas)})
-                print(f"{name:28} {model:8} regret {rows[-1]['regret']:.2f}  tau {rows[-1]['kendall_tau']}",
-                      file=sys.stderr)
+            if args.only and args.only not in name:
+                continue
+            rows += run_shape(name, prog, d)
     if args.json:
-        print(json.dumps(rows, indent=1))
-        return
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
+    setting = f"--hosts ({SITES} workers)" if args.hosts else f"--processes {args.processes}"
+    print(f"{setting}, blocks {b}, best of {args.reps}; profile {args.profile or 'default'}\n")
     print("| shape | model | alternative | predicted s | measured s |")
-    print("|---|---|---|---|---|")
+    print("|---|---|---|---:|---:|")
     for r in rows:
         for i, lab in enumerate(r["labels"]):
-            mark = " (chosen)" if i == 0 else ""
-            print(f"| {r['shape']} | {r['model']} | {lab[:50]}{mark} | {r['predicted_s'][i]:.4g} | {r['measured_s'][i]:.4g} |")
+            mark = " **(chosen)**" if i == 0 else ""
+            print(f"| {r['shape']} | {r['model']} | {lab[:60]}{mark} | {r['predicted_s'][i]:.3f} | {r['measured_s'][i]:.3f} |")
+    print("\n| shape | model | chosen: predicted / measured | regret | Kendall tau |")
+    print("|---|---|---:|---:|---:|")
+    for r in rows:
         tau = "—" if r["kendall_tau"] is None else f"{r['kendall_tau']:.2f}"
-        print(f"| {r['shape']} | {r['model']} | **regret {r['regret']:.2f}, tau {tau}** | | |")
+        print(f"| {r['shape']} | {r['model']} | {r['chosen_predicted_over_measured']:.2f} | {r['regret']:.2f} | {tau} |")
 
 
 main()

@@ -1,27 +1,46 @@
-//! `tra calibrate`: measure the speeds the time cost model needs, on real
-//! timely processes talking over loopback TCP exactly as a cluster's
-//! processes do, with the executor's own kernels and exchanges, and print
-//! them as the `profile` object of a request.
+//! `tra calibrate`: measure the speeds the time cost model needs on the
+//! cluster runtime itself, exactly as `tra run` uses it — job processes
+//! started the way `tra run --processes N` starts them (on this machine, over
+//! loopback), or the `tra worker`s of a host file as `tra run --hosts FILE`
+//! reaches them — with the executor's own kernels, blocks of the size the
+//! programs use, and timely exchanges; and print the `profile` object of a
+//! request.
 //!
-//! Three runs, each repeated and the best kept (the least disturbed):
-//! - **GEMM**: a local join with `matMul` of co-located 512² `f32` blocks,
-//!   a few per site. Each site's flops are known exactly
-//!   ([`tra_optimizer::loads`]); its rate is those flops over the time the
-//!   site spent in the operator, and the profile takes the median site.
-//! - **Link**: a shuffle of 64 KiB blocks (16 MiB per site) from a round-robin layout to a
-//!   hash layout (all-to-all). The bytes that crossed between processes over
-//!   the time from the first sent to the last received, per process, is one
-//!   site's link rate.
-//! - **Latency**: a shuffle of one float per site: its wall time.
+//! Measuring through the runtime that will run the plans, rather than an
+//! idealised kernel or socket test, is what makes the predictions honest: the
+//! job processes get the same number of kernel threads as in `tra run` (on
+//! one machine its cores divided among the processes), the GEMM works on the
+//! block size of the programs (a 512² GEMM runs at a higher rate than 256²
+//! ones), and the link rate includes the serialization and framing of the
+//! exchange of blocks.
 //!
-//! With `--processes N` the processes run as threads of this process (one
-//! worker each), which is what `tra run --processes N` does on one machine.
+//! Three jobs, each repeated and the best kept (the least disturbed):
+//! - **GEMM**: a site-local join with `matMul` of `--block`² `f32` blocks
+//!   against one broadcast block, ~2.5 GFLOP per site. Each site's flops are
+//!   known exactly ([`tra_optimizer::loads`]); its rate is those flops over
+//!   the time the site spent in the operator, and the profile takes the
+//!   median site.
+//! - **Link**: shuffles of `--block`² blocks (4 and 32 MiB per site) from a
+//!   round-robin layout to a hash layout (all-to-all). For each, the bytes
+//!   that crossed between processes, per process, and the time from the
+//!   first sent to the last received; the link rate is the slope between the
+//!   two sizes, so that an exchange's fixed cost is not mistaken for a slow
+//!   link (a single 16 MiB shuffle read about 60% of the slope on loopback).
+//! - **Latency**: that line's intercept (the fixed cost of an exchange of
+//!   blocks), or the wall time of a shuffle of one float per site if longer.
+//!
+//! The inputs are `.npy` files written into `--dir` (with `--hosts`, a
+//! directory every worker sees at the same path, inside their `--data-dir`;
+//! by default the host file's directory), removed afterwards.
 
+use crate::cluster::{all_loopback, cluster_secret};
 use std::collections::BTreeMap;
-use std::time::Instant;
-use tra_executor::cluster::run_loopback;
-use tra_executor::reference::{random_relation, AnyLayout};
-use tra_executor::threads::{TRelation, ThreadRuntime};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+use tra_executor::cluster::agent::{self, Host};
+use tra_executor::cluster::auth::Secret;
+use tra_executor::cluster::job::{JobReport, JobSpec, LayoutSpec, DEFAULT_PEER_TIMEOUT_S};
+use tra_executor::cluster::supervise::{self, Launcher};
 use tra_optimizer::check::check_plan;
 use tra_optimizer::loads::plan_loads;
 use tra_optimizer::time::Profile;
@@ -30,9 +49,28 @@ use tra_optimizer::Plan;
 /// Arguments of `tra calibrate`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct CalibrateArgs {
-    /// Timely processes to measure (each one site), talking over loopback.
+    /// Timely processes to measure (each one site), started on this machine
+    /// and talking over loopback, as `tra run --processes N` does.
     #[arg(long, default_value_t = 2)]
     pub processes: usize,
+    /// Measure the `tra worker`s of a host file instead (one site each), as
+    /// `tra run --hosts FILE` reaches them.
+    #[arg(long, value_name = "HOSTS")]
+    pub hosts: Option<PathBuf>,
+    /// The cluster secret for --hosts (default: $TRA_CLUSTER_SECRET, or the
+    /// file `secret` beside the host file).
+    #[arg(long, value_name = "FILE", requires = "hosts")]
+    pub secret_file: Option<PathBuf>,
+    /// Where to write the calibration's input files (removed afterwards).
+    /// With --hosts it must be the same path on every machine and inside the
+    /// workers' --data-dir (default: the host file's directory); otherwise
+    /// the system's temporary directory.
+    #[arg(long, value_name = "DIR")]
+    pub dir: Option<PathBuf>,
+    /// Side of the square blocks to measure with: the block size of the
+    /// programs the profile is for (a GEMM's rate depends on it).
+    #[arg(long, default_value_t = 256)]
+    pub block: usize,
     /// Repetitions of each measurement (the best is kept).
     #[arg(long, default_value_t = 3)]
     pub reps: usize,
@@ -53,48 +91,171 @@ fn plan(json: serde_json::Value) -> Result<Plan, String> {
     Plan::from_json(&json.to_string()).map_err(|e| format!("internal error: calibration plan: {e}"))
 }
 
-fn inputs(p: &Plan, rt: &ThreadRuntime<f32>) -> BTreeMap<String, TRelation<f32>> {
-    p.inputs
-        .iter()
-        .enumerate()
-        .map(|(i, (name, d))| {
-            let kb: Vec<u32> = d.key_bounds.iter().map(|&k| k as u32).collect();
-            let ab: Vec<usize> = d.array_bounds.iter().map(|&a| a as usize).collect();
-            (name.clone(), TRelation::from_relation(&random_relation(&kb, &ab, i as u64 + 1), rt.pool()))
-        })
-        .collect()
+/// Where the calibration jobs run.
+enum Target {
+    Local { processes: usize },
+    Hosts { hosts: Vec<Host>, secret: Secret },
 }
 
-/// Measure this machine with `args.processes` processes.
+impl Target {
+    fn processes(&self) -> usize {
+        match self {
+            Target::Local { processes } => *processes,
+            Target::Hosts { hosts, .. } => hosts.len(),
+        }
+    }
+
+    /// Kernel threads per job process, as `tra run` chooses them: processes
+    /// of one machine share its cores; a machine of its own uses them all.
+    fn threads(&self) -> Option<usize> {
+        let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+        match self {
+            Target::Hosts { hosts, .. } if !all_loopback(hosts) => None,
+            _ => Some((cores / self.processes()).max(1)),
+        }
+    }
+}
+
+/// The calibration's input and output files, removed when dropped.
+struct Files {
+    dir: PathBuf,
+    made: Vec<PathBuf>,
+    remove_dir: bool,
+}
+
+impl Files {
+    fn path(&mut self, name: &str) -> PathBuf {
+        let p = self.dir.join(format!("tra-calibrate-{}-{name}.npy", std::process::id()));
+        self.made.push(p.clone());
+        p
+    }
+}
+
+impl Drop for Files {
+    fn drop(&mut self) {
+        for p in &self.made {
+            let _ = std::fs::remove_file(p);
+        }
+        if self.remove_dir {
+            let _ = std::fs::remove_dir(&self.dir);
+        }
+    }
+}
+
+/// Run `p` with random `f32` inputs (written once per plan) on the target.
+struct Runner<'a> {
+    target: &'a Target,
+    files: Files,
+}
+
+impl Runner<'_> {
+    fn job(&mut self, p: &Plan) -> Result<JobSpec, String> {
+        let mut inputs = BTreeMap::new();
+        for (i, (name, d)) in p.inputs.iter().enumerate() {
+            let shape: Vec<usize> =
+                d.key_bounds.iter().map(|&k| k as usize).chain(d.array_bounds.iter().map(|&a| a as usize)).collect();
+            let mut state = 0x9e37_79b9_7f4a_7c15u64 ^ (i as u64 + 1);
+            let data: Vec<f32> = (0..shape.iter().product::<usize>())
+                .map(|_| {
+                    state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                    ((state >> 40) as f32 / (1u64 << 24) as f32) - 0.5
+                })
+                .collect();
+            let path = self.files.path(name);
+            tra_executor::npy::write_array(&path, &shape, &data)
+                .map_err(|e| format!("cannot write a calibration input: {e}"))?;
+            inputs.insert(name.clone(), path);
+        }
+        let outputs = p.outputs.iter().map(|o| (o.clone(), self.files.path(o))).collect();
+        Ok(JobSpec {
+            plan: p.clone(),
+            processes: self.target.processes(),
+            workers: 1,
+            dtype: "f32".into(),
+            inputs,
+            outputs,
+            dense: false,
+            dense_outputs: Default::default(),
+            layout: LayoutSpec::RoundRobin,
+            fuse: true,
+            threads: self.target.threads(),
+            stall_ms: 0,
+            connect_timeout_s: 30.0,
+            peer_timeout_s: DEFAULT_PEER_TIMEOUT_S,
+            test_panic: false,
+        })
+    }
+
+    fn run(&self, spec: &JobSpec) -> Result<JobReport, String> {
+        let timeout = Duration::from_secs(300);
+        match self.target {
+            Target::Local { .. } => supervise::run_local(spec, &Launcher::current_tra()?, timeout, &|| None, |_| {}),
+            Target::Hosts { hosts, secret } => agent::run_hosts(spec, hosts, secret, timeout),
+        }
+        .map_err(|e| format!("calibration run failed: {e}"))
+    }
+}
+
+/// A node's figures in a job report.
+fn node<'a>(r: &'a JobReport, name: &str) -> Result<&'a serde_json::Value, String> {
+    r.nodes
+        .iter()
+        .find(|n| n["name"] == name)
+        .ok_or_else(|| format!("internal error: no timing for calibration node `{name}`"))
+}
+
+/// Measure the cluster that `args` names.
 pub fn calibrate(args: &CalibrateArgs) -> Result<Calibration, String> {
-    let n = args.processes;
+    let target = match &args.hosts {
+        Some(h) => {
+            Target::Hosts { hosts: agent::read_hosts(h)?, secret: cluster_secret(args.secret_file.as_deref(), h)? }
+        }
+        None => Target::Local { processes: args.processes },
+    };
+    let n = target.processes();
     if !(1..=64).contains(&n) {
-        return Err(format!("--processes {n}: between 1 and 64"));
+        return Err(format!("{n} processes: calibration measures between 1 and 64"));
+    }
+    let b = args.block;
+    if !(16..=4096).contains(&b) {
+        return Err(format!("--block {b}: between 16 and 4096"));
     }
     let reps = args.reps.clamp(1, 20);
-    let start = Instant::now();
-    let rt = ThreadRuntime::<f32>::with_threads(1);
-    let run = |p: &Plan, data: &BTreeMap<String, TRelation<f32>>| {
-        run_loopback(p, n, 1, data, AnyLayout::RoundRobin).map_err(|e| format!("calibration run failed: {}", e.message))
+    let (dir, remove_dir) = match (&args.dir, &args.hosts) {
+        (Some(d), _) => (d.clone(), false),
+        (None, Some(h)) => {
+            (h.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new(".")).to_path_buf(), false)
+        }
+        (None, None) => {
+            let d = std::env::temp_dir().join(format!("tra-calibrate-{}", std::process::id()));
+            std::fs::create_dir_all(&d).map_err(|e| format!("cannot create {}: {e}", d.display()))?;
+            (d, true)
+        }
     };
+    let dir = std::path::absolute(&dir).map_err(|e| format!("--dir {}: {e}", dir.display()))?;
+    let start = Instant::now();
+    let mut runner = Runner { target: &target, files: Files { dir, made: Vec::new(), remove_dir } };
 
-    // GEMM.
+    // GEMM: ~2.5 GFLOP per site, each block of A times one broadcast block.
+    let per_site = (2.5e9 / (2.0 * (b as f64).powi(3))).ceil().clamp(2.0, 512.0) as usize;
     let gemm = plan(serde_json::json!({
-        "inputs": {"A": {"key_bounds": [3 * n], "array_bounds": [512, 512], "placement": {"hash": [0]}},
-                   "B": {"key_bounds": [3 * n], "array_bounds": [512, 512], "placement": {"hash": [0]}}},
-        "nodes": {"C": {"op": "local_join", "left": "A", "right": "B", "left_keys": [0], "right_keys": [0],
+        "inputs": {"A": {"key_bounds": [per_site * n], "array_bounds": [b, b], "placement": {"hash": [0]}},
+                   "B": {"key_bounds": [1], "array_bounds": [b, b]}},
+        "nodes": {"Bb": {"op": "broadcast", "input": "B"},
+                  "C": {"op": "local_join", "left": "A", "right": "Bb", "left_keys": [], "right_keys": [],
                         "kernel": "matMul"}},
         "outputs": ["C"]}))?;
     let typed = check_plan(&gemm, n).map_err(|e| format!("internal error: {e}"))?;
     let flops = plan_loads(&gemm, &typed, n, 4).map_err(|e| e.to_string())?["C"].clone();
-    let data = inputs(&gemm, &rt);
+    let spec = runner.job(&gemm)?;
     let mut best_rates: Vec<f64> = Vec::new();
     for _ in 0..reps {
-        let r = run(&gemm, &data)?;
-        let stats = r.nodes.iter().find(|s| s.name == "C").ok_or("internal error: no timing for the GEMM")?;
+        let r = runner.run(&spec)?;
+        let site_ms: Vec<f64> = serde_json::from_value(node(&r, "C")?["site_ms"].clone())
+            .map_err(|e| format!("internal error: GEMM timings: {e}"))?;
         let rates: Vec<f64> = flops
             .iter()
-            .zip(&stats.site_ms)
+            .zip(&site_ms)
             .filter(|(l, ms)| l.flops > 0 && **ms > 0.0)
             .map(|(l, ms)| l.flops as f64 / (ms / 1000.0))
             .collect();
@@ -104,36 +265,57 @@ pub fn calibrate(args: &CalibrateArgs) -> Result<Calibration, String> {
     }
     let site_flops = median(&best_rates);
 
-    // Link bandwidth.
-    let blocks = 256 * n;
-    let shuffle = plan(serde_json::json!({
-        "inputs": {"X": {"key_bounds": [blocks], "array_bounds": [16384]}},
-        "nodes": {"S": {"op": "shuffle", "input": "X", "dims": [0]}},
-        "outputs": ["S"]}))?;
-    let data = inputs(&shuffle, &rt);
-    let mut link: f64 = 0.0;
-    for _ in 0..reps {
-        let r = run(&shuffle, &data)?;
-        if let Some(w) = r.wire.get("S") {
-            if w.ms > 0.0 && w.bytes > 0 {
-                link = link.max((w.bytes as f64 / n as f64) / (w.ms / 1000.0));
+    // Link bandwidth: an all-to-all shuffle of 4 MiB and of 32 MiB of blocks
+    // per site. The rate is the slope between the two (extra bytes over
+    // extra time, per site), so the fixed cost of an exchange — starting it,
+    // the skew between processes, the last block's round trip — does not
+    // count as bandwidth; that fixed cost (the line's intercept) is the
+    // latency, unless a shuffle of one float per site takes longer.
+    let per_block = b * b * 4;
+    let mut points = Vec::new();
+    for mib in [4usize, 32] {
+        let blocks = ((mib << 20) / per_block).max(2) * n;
+        let shuffle = plan(serde_json::json!({
+            "inputs": {"X": {"key_bounds": [blocks], "array_bounds": [b, b]}},
+            "nodes": {"S": {"op": "shuffle", "input": "X", "dims": [0]}},
+            "outputs": ["S"]}))?;
+        let spec = runner.job(&shuffle)?;
+        let mut best: Option<(f64, f64)> = None;
+        for _ in 0..reps {
+            let r = runner.run(&spec)?;
+            if let Some(w) = r.wire.get("S") {
+                if w.ms > 0.0 && w.bytes > 0 && best.is_none_or(|(_, s)| w.ms / 1000.0 < s) {
+                    best = Some((w.bytes as f64 / n as f64, w.ms / 1000.0));
+                }
             }
         }
+        points.extend(best);
     }
+    let (link, intercept) = match points[..] {
+        [(b0, t0), (b1, t1)] if b1 > b0 && t1 > t0 => {
+            let rate = (b1 - b0) / (t1 - t0);
+            (rate, (t0 - b0 / rate).max(0.0))
+        }
+        // Disturbed so much that the larger shuffle was not slower: the
+        // larger one's plain rate.
+        [_, (b1, t1)] => (b1 / t1, 0.0),
+        _ => (0.0, 0.0),
+    };
 
     // Latency of one exchange.
     let tiny = plan(serde_json::json!({
         "inputs": {"X": {"key_bounds": [n], "array_bounds": [1]}},
         "nodes": {"S": {"op": "shuffle", "input": "X", "dims": [0]}},
         "outputs": ["S"]}))?;
-    let data = inputs(&tiny, &rt);
+    let spec = runner.job(&tiny)?;
     let mut latency = f64::INFINITY;
     for _ in 0..reps.max(3) {
-        let r = run(&tiny, &data)?;
-        if let Some(s) = r.nodes.iter().find(|s| s.name == "S") {
-            latency = latency.min(s.wall_ms / 1000.0);
+        let r = runner.run(&spec)?;
+        if let Some(ms) = node(&r, "S")?["wall_ms"].as_f64() {
+            latency = latency.min(ms / 1000.0);
         }
     }
+    let latency = latency.max(intercept);
 
     let defaults = Profile::default();
     let profile = Profile {

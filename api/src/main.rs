@@ -138,9 +138,11 @@ enum Command {
     Secret(tra_api::cluster::SecretArgs),
     /// Measure this machine's speeds for the time cost model (GEMM flops/s
     /// per site with the executor's kernels, bytes/s per link with timely
-    /// exchanges, the latency of an exchange) on `--processes N` timely
-    /// processes over loopback, and print the `profile` JSON (`tra serve
-    /// --profile FILE`, `tra optimize --profile FILE`). Takes a few seconds.
+    /// exchanges, the latency of an exchange) on `--processes N` job
+    /// processes over loopback or on the workers of `--hosts FILE`, through
+    /// the runtime `tra run` uses, and print the `profile` JSON (`tra serve
+    /// --profile FILE`, `tra optimize --profile FILE`). Takes a few seconds
+    /// (longer on slow links: each repetition shuffles 36 MiB per site).
     Calibrate {
         #[command(flatten)]
         args: tra_api::calibrate::CalibrateArgs,

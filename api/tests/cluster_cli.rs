@@ -578,6 +578,18 @@ fn a_local_cluster_comes_up_runs_jobs_and_http_executions_and_goes_down() {
         assert_eq!(threads["outputs"][o]["data"], cluster["outputs"][o]["data"], "{o}: {cluster}");
     }
     assert!(std::fs::read_dir(cdir.join("scratch")).unwrap().next().is_none(), "request data left in scratch");
+    // `tra calibrate --hosts` measures these workers, its inputs beside the
+    // host file (inside their data directory), and leaves no file there.
+    let cal = Command::new(TRA)
+        .args(["calibrate", "--reps", "1", "--block", "64", "--hosts"])
+        .arg(cdir.join("hosts.txt"))
+        .output()
+        .unwrap();
+    assert!(cal.status.success(), "{}", String::from_utf8_lossy(&cal.stderr));
+    let profile: tra_optimizer::time::Profile = serde_json::from_slice(&cal.stdout).unwrap();
+    assert!(profile.check().is_ok(), "{profile:?}");
+    let left: Vec<String> = tree(&cdir).into_iter().map(|(n, _)| n).filter(|n| n.contains("tra-calibrate")).collect();
+    assert!(left.is_empty(), "calibration files left beside the host file: {left:?}");
     let down = Command::new(TRA).args(["cluster", "down", "--dir"]).arg(&cdir).output().unwrap();
     assert!(down.status.success(), "{}", String::from_utf8_lossy(&down.stderr));
     let t = Instant::now();

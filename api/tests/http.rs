@@ -627,7 +627,9 @@ async fn execute_reports_the_predicted_seconds_next_to_the_measured_time() {
     assert_eq!(r.status, 200, "{v}");
     assert!(v["cost"]["seconds"].as_f64().unwrap() > 0.0, "{}", v["cost"]);
     assert!(v["cost"]["bottleneck"]["node"].is_string(), "{}", v["cost"]);
-    assert!(v["timings_ms"]["total"].is_number());
+    let total_ms = v["timings_ms"]["total"].as_f64().unwrap();
+    let measured = v["measured_seconds"].as_f64().unwrap_or_else(|| panic!("no measured_seconds: {v}"));
+    assert!(measured > 0.0 && (measured * 1000.0 - total_ms).abs() < 1e-9, "{measured} s vs {total_ms} ms");
 }
 
 #[tokio::test]

@@ -9,10 +9,16 @@
 # as chosen by the optimizer, and compares the measured times with the cost
 # model's ranking (see netbench.py).
 #
+# With --every-alternative it instead measures the shaped cluster with
+# `tra calibrate --hosts` and runs every alternative plan of the suite of
+# bench/run_every_alternative.py there under both cost models (predicted vs
+# measured seconds, regret, Kendall tau); the profile is written beside --out.
+#
 # Needs root, and `ip`/`tc` from iproute2 (installed with apt-get if missing).
 #
 #   sudo bench/cluster/netbench.sh [--rate 100mbit] [--processes 3] [--reps 5]
 #                                  [--block 256] [--tra PATH] [--out FILE.json]
+#                                  [--every-alternative] [--only TEXT]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -22,6 +28,8 @@ REPS=5
 BLOCK=256
 TRA=""
 OUT=bench/cluster/netbench-results.json
+EVERY=0
+ONLY=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --rate) RATE="$2"; shift 2 ;;
@@ -30,6 +38,8 @@ while [ $# -gt 0 ]; do
     --block) BLOCK="$2"; shift 2 ;;
     --tra) TRA="$2"; shift 2 ;;
     --out) OUT="$2"; shift 2 ;;
+    --every-alternative) EVERY=1; shift ;;
+    --only) ONLY="$2"; shift 2 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -93,6 +103,15 @@ for i in $(seq 0 $((N - 1))); do
   PIDS+=($!)
 done
 sleep 1
+
+if [ "$EVERY" = 1 ]; then
+  PROFILE="${OUT%.json}-profile.json"
+  "$TRA" calibrate --hosts "$WORK/hosts.txt" --dir "$WORK" --block "$BLOCK" --verbose > "$PROFILE"
+  cat "$PROFILE"
+  python3 bench/run_every_alternative.py --tra "$TRA" --hosts "$WORK/hosts.txt" --work "$WORK" \
+    --profile "$PROFILE" --reps "$REPS" --block "$BLOCK" --json "$OUT" ${ONLY:+--only "$ONLY"}
+  exit 0
+fi
 
 python3 bench/cluster/netbench.py --tra "$TRA" --hosts "$WORK/hosts.txt" --work "$WORK" \
   --rate "$RATE" --reps "$REPS" --block "$BLOCK" --out "$OUT"

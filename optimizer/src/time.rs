@@ -60,7 +60,8 @@ pub struct Profile {
     /// Floating-point operations per second of each site.
     #[serde(default = "default_flops")]
     pub site_flops_per_second: f64,
-    /// Fixed time of one exchange (shuffle or broadcast), in seconds.
+    /// Fixed time of one exchange (shuffle or broadcast), in seconds (`tra
+    /// calibrate`: the intercept of an exchange's time against its bytes).
     #[serde(default = "default_latency")]
     pub latency_seconds: f64,
     /// Bytes of one float on the wire.

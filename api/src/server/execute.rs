@@ -84,9 +84,11 @@ pub(super) async fn execute_handler(
     .await
     .map_err(|e| ApiError::internal(format!("the executor crashed: {e}")))?;
     let (timings, operators, floats_moved, measured, outputs) = run.map_err(interp_error)?;
+    let measured_seconds = timings.get("total").and_then(|t| t.as_f64()).unwrap_or(0.0) / 1000.0;
 
     Ok(Json(json!({
         "timings_ms": timings,
+        "measured_seconds": measured_seconds,
         "operators": operators,
         "optimize_ms": p.optimize_ms,
         "network_floats_measured": measured,

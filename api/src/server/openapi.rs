@@ -336,6 +336,8 @@ pub fn document(config: &ServerConfig) -> Value {
                 "operators": {"type": "array", "items": {"type": "object"},
                     "description": "Per operator, in execution order: name, op, wall_ms, site_ms, floats_moved, tuples, fused_into"},
                 "optimize_ms": {"type": "number"},
+                "measured_seconds": {"type": "number",
+                    "description": "The measured wall time of the run in seconds (`timings_ms.total` / 1000), to set beside the prediction `cost.seconds`"},
                 "network_floats_measured": {"type": "integer", "description": "Floats the executor moved"},
                 "network_floats_predicted": {"type": "integer", "description": "The cost model's network_floats of the chosen plan"},
                 "floats_moved": {"type": "object", "additionalProperties": {"type": "integer"},
