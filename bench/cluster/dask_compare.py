@@ -21,6 +21,10 @@ blocks (dask: chunks of 1024), on this machine.
   that cross between the processes over the time from the first block sent to
   the last one received (the `wire` figures of tra's summary), next to
   iperf3's single-stream TCP throughput on loopback (`iperf3 -c 127.0.0.1`).
+  The window is not the socket alone: each process's worker thread reads its
+  blocks from the .npy file, serializes them, and writes the blocks it
+  receives into the output file while the exchange runs, all in the window
+  (iperf3 sends from memory).
 
 Every system runs `--reps` times (default 3), interleaved; the median is
 reported, and the results are checked against numpy's.

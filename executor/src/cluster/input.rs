@@ -40,6 +40,13 @@ pub fn check_memory<T: Elem>(name: &str, decl: &InputDecl, rel: &TRelation<T>) -
     check_input_tuples(name, decl, rel.tuples.iter().map(|(k, b)| (k, b.shape())))
 }
 
+/// Runs of wanted elements at most this far apart in a file are read by one
+/// read (the bytes between them are read and dropped): a system call costs
+/// about what copying this much from the page cache does.
+const READ_GAP_BYTES: u64 = 64 << 10;
+/// The most one read takes in.
+const READ_SPAN_BYTES: u64 = 8 << 20;
+
 /// An open `.npy` file holding a relation, for positioned block reads.
 pub struct NpyRelationFile {
     path: PathBuf,
@@ -126,35 +133,132 @@ impl NpyRelationFile {
         let esize = self.header.dtype.float.expect("float").size() as u64;
         let native = self.header.dtype.float == Some(T::DTYPE) && !self.header.dtype.big_endian;
         let block_len: usize = self.array_bounds.iter().product();
-        let mut scratch: Vec<u8> = Vec::new();
-        let mut out = Vec::with_capacity(wanted.len());
-        for (index, key) in wanted {
-            let mut b = pool.take(&self.array_bounds);
-            // (file offset in elements, run length in elements, offset in block)
-            let mut runs: Vec<(u64, usize, usize)> = Vec::new();
+        let mut blocks: Vec<_> = wanted.iter().map(|_| pool.take(&self.array_bounds)).collect();
+        // Every contiguous run of every wanted block: (file offset in
+        // elements, length in elements, block, offset in the block).
+        let mut runs: Vec<(u64, usize, usize, usize)> = Vec::new();
+        let mut one = Vec::new();
+        for (w, (index, key)) in wanted.iter().enumerate() {
             match self.layout {
-                Layout::Relation => runs.push((*index as u64 * block_len as u64, block_len, 0)),
-                Layout::Dense => dense_runs(&self.key_bounds, &self.array_bounds, key, &mut runs),
-            }
-            for (off, len, at) in runs {
-                let pos = self.data_offset + off * esize;
-                let dst = &mut b.as_mut_slice()[at..at + len];
-                if native {
-                    self.file
-                        .read_exact_at(elem_bytes_mut(dst), pos)
-                        .map_err(|e| format!("{}: cannot read block {key:?}: {e}", self.path.display()))?;
-                } else {
-                    scratch.resize(len * esize as usize, 0);
-                    self.file
-                        .read_exact_at(&mut scratch, pos)
-                        .map_err(|e| format!("{}: cannot read block {key:?}: {e}", self.path.display()))?;
-                    convert(&scratch, self.dtype(), self.header.dtype.big_endian, dst);
+                Layout::Relation => runs.push((*index as u64 * block_len as u64, block_len, w, 0)),
+                Layout::Dense => {
+                    one.clear();
+                    dense_runs(&self.key_bounds, &self.array_bounds, key, &mut one);
+                    runs.extend(one.iter().map(|&(off, len, at)| (off, len, w, at)));
                 }
             }
-            out.push((key.clone(), Arc::new(b)));
         }
+        runs.sort_unstable_by_key(|r| r.0);
+        // Runs close together in the file are read by one positioned read
+        // (a block of a dense file is one run per row: read row by row, the
+        // system calls cost more than the copying).
+        let mut scratch: Vec<u8> = Vec::new();
+        let mut junk: Vec<u8> = if native { vec![0; READ_GAP_BYTES as usize] } else { Vec::new() };
+        let mut next = 0;
+        while next < runs.len() {
+            let first = next;
+            let span_start = runs[first].0;
+            let mut span_end = span_start + runs[first].1 as u64;
+            next += 1;
+            while next < runs.len() {
+                let (off, len, ..) = runs[next];
+                let gap = off.saturating_sub(span_end) * esize;
+                let span = (off + len as u64 - span_start) * esize;
+                if gap > READ_GAP_BYTES || span > READ_SPAN_BYTES {
+                    break;
+                }
+                span_end = span_end.max(off + len as u64);
+                next += 1;
+            }
+            let pos = self.data_offset + span_start * esize;
+            let read_error = |e: std::io::Error| {
+                let (_, key) = &wanted[runs[first].2];
+                format!("{}: cannot read block {key:?}: {e}", self.path.display())
+            };
+            if native {
+                // Straight into the blocks, the bytes between runs into `junk`.
+                let mut iov = Vec::with_capacity(2 * (next - first));
+                let mut at_file = span_start;
+                for &(off, len, w, at) in &runs[first..next] {
+                    if off > at_file {
+                        let gap = ((off - at_file) * esize) as usize;
+                        iov.push(libc::iovec { iov_base: junk.as_mut_ptr().cast(), iov_len: gap });
+                    }
+                    let dst = elem_bytes_mut(&mut blocks[w].as_mut_slice()[at..at + len]);
+                    iov.push(libc::iovec { iov_base: dst.as_mut_ptr().cast(), iov_len: dst.len() });
+                    at_file = off + len as u64;
+                }
+                // SAFETY: every piece points into a distinct range of a block
+                // (runs of different blocks, or of one block, do not overlap)
+                // or into `junk` (gaps are at most READ_GAP_BYTES long), all
+                // of which outlive the call and are not otherwise touched
+                // until it returns.
+                unsafe { read_scattered(&self.file, pos, &mut iov) }.map_err(read_error)?;
+            } else {
+                let bytes = ((span_end - span_start) * esize) as usize;
+                scratch.resize(bytes, 0);
+                self.file.read_exact_at(&mut scratch, pos).map_err(read_error)?;
+                for &(off, len, w, at) in &runs[first..next] {
+                    let from = ((off - span_start) * esize) as usize;
+                    let src = &scratch[from..from + len * esize as usize];
+                    convert(
+                        src,
+                        self.dtype(),
+                        self.header.dtype.big_endian,
+                        &mut blocks[w].as_mut_slice()[at..at + len],
+                    );
+                }
+            }
+        }
+        let out = wanted.iter().zip(blocks).map(|((_, key), b)| (key.clone(), Arc::new(b))).collect();
         Ok(out)
     }
+}
+
+/// Fill the pieces `iov` describes, in order, from `file` at `pos` on
+/// (`preadv`, at most `IOV_MAX` pieces a call, short reads resumed).
+///
+/// # Safety
+/// Every piece must be valid for writes of its length, and no two may overlap.
+unsafe fn read_scattered(file: &File, mut pos: u64, iov: &mut [libc::iovec]) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    const IOV_MAX: usize = 1024;
+    let mut start = 0;
+    while start < iov.len() {
+        if iov[start].iov_len == 0 {
+            start += 1;
+            continue;
+        }
+        let pieces = &iov[start..(start + IOV_MAX).min(iov.len())];
+        let offset = libc::off_t::try_from(pos).map_err(|_| std::io::Error::other("offset out of range"))?;
+        // SAFETY: the caller vouches for the pieces.
+        let n = unsafe { libc::preadv(file.as_raw_fd(), pieces.as_ptr(), pieces.len() as libc::c_int, offset) };
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        if n == 0 {
+            return Err(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "the file ends early"));
+        }
+        pos += n as u64;
+        let mut n = n as usize;
+        while n > 0 {
+            let piece = &mut iov[start];
+            if n >= piece.iov_len {
+                n -= piece.iov_len;
+                start += 1;
+            } else {
+                // SAFETY: n < iov_len: still inside the piece.
+                piece.iov_base = unsafe { piece.iov_base.cast::<u8>().add(n) }.cast();
+                piece.iov_len -= n;
+                n = 0;
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The contiguous runs of a block of the dense tensor: one per combination
@@ -289,6 +393,38 @@ mod tests {
             let want: Vec<f32> = whole.tuples[*i].1.as_slice().iter().map(|&x| x as f32).collect();
             assert_eq!(gb.as_slice(), want.as_slice());
         }
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    /// Runs far apart are read separately, and no read spans more than
+    /// `READ_SPAN_BYTES`: every block still comes back whole and in place.
+    #[test]
+    fn reads_split_at_wide_gaps_and_long_spans() {
+        let dir = std::env::temp_dir().join(format!("tra-cluster-spans-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let pool = Pool::<f64>::new();
+        // Rows of 3 blocks of 12,000 f64 (96 KB: wider than the gap limit);
+        // the file (4 × 36,000 f64, 1.1 MB) read with blocks 0 and 2 wanted.
+        let (kb, ab) = ([2u32, 3], [2usize, 12_000]);
+        let dense: Vec<f64> = (0..4 * 36_000).map(|i| i as f64).collect();
+        let d = dir.join("wide.npy");
+        npy::write_array(&d, &[4, 36_000], &dense).unwrap();
+        let (whole, _, _) = npy::read_relation::<f64>(&d, &kb, &ab, &pool).unwrap();
+        let f = NpyRelationFile::open(&d, &kb, &ab).unwrap();
+        let wanted: Vec<(usize, Key)> = all_keys(&kb).into_iter().enumerate().filter(|(i, _)| i % 3 != 1).collect();
+        for ((i, k), (gk, gb)) in wanted.iter().zip(&f.read_keys(&wanted, &pool).unwrap()) {
+            assert_eq!(k, gk);
+            assert_eq!(**gb, *whole.tuples[*i].1, "block {k:?}");
+        }
+        // Two adjacent 6.4 MB blocks of a relation file: longer together than one read takes.
+        let (kb, ab) = ([2u32], [800_000usize]);
+        let rel: Vec<f64> = (0..1_600_000).map(|i| (i % 1000) as f64 - 0.5).collect();
+        let r = dir.join("long.npy");
+        npy::write_array(&r, &[2, 800_000], &rel).unwrap();
+        let f = NpyRelationFile::open(&r, &kb, &ab).unwrap();
+        let got = f.read_keys(&[(1, vec![1]), (0, vec![0])], &pool).unwrap();
+        assert_eq!(got[0].1.as_slice(), &rel[800_000..]);
+        assert_eq!(got[1].1.as_slice(), &rel[..800_000]);
         std::fs::remove_dir_all(&dir).ok();
     }
 }

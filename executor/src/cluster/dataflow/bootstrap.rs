@@ -96,7 +96,7 @@ pub(super) fn communication(
             heartbeats = watch.as_ref().map(|w| Heartbeats::start(beats, w.silence, w.on_silent.clone()));
             use timely::communication::allocator::zero_copy::initialize::initialize_networking_from_sockets;
             use timely::communication::allocator::ProcessBuilder;
-            let hooks = timely::communication::Hooks::default();
+            let hooks = timely::communication::Hooks { refill: net_buffers(), ..Default::default() };
             let locals = ProcessBuilder::new_typed_vector(*workers, hooks.refill.clone(), hooks.spill.clone());
             let (builders, guard) = initialize_networking_from_sockets(locals, sockets, *process, *workers, hooks)
                 .map_err(|e| plain(format!("cannot start timely's networking: {e}")))?;
@@ -105,6 +105,58 @@ pub(super) fn communication(
         }
     };
     Ok((builders, others, heartbeats))
+}
+
+/// Byte buffers held for timely's network slabs at most (per process).
+const NET_BUFFERS_HELD: usize = 256 << 20;
+
+/// The byte buffers of timely's network slabs (what a worker serializes
+/// into, what a receive thread reads into), taken from a process-wide free
+/// list and given back to it when timely drops them: a warm job process
+/// reuses the last job's buffers instead of faulting in fresh zeroed pages
+/// for every job (timely's default allocates each one anew).
+fn net_buffers() -> timely::communication::allocator::zero_copy::bytes_slab::BytesRefill {
+    use std::ops::{Deref, DerefMut};
+    use std::sync::Mutex;
+    static FREE: Mutex<(Vec<Vec<u8>>, usize)> = Mutex::new((Vec::new(), 0));
+    struct Pooled(Vec<u8>);
+    impl Deref for Pooled {
+        type Target = [u8];
+        fn deref(&self) -> &[u8] {
+            &self.0
+        }
+    }
+    impl DerefMut for Pooled {
+        fn deref_mut(&mut self) -> &mut [u8] {
+            &mut self.0
+        }
+    }
+    impl Drop for Pooled {
+        fn drop(&mut self) {
+            let buf = std::mem::take(&mut self.0);
+            let mut free = FREE.lock().unwrap_or_else(|e| e.into_inner());
+            if free.1 + buf.len() <= NET_BUFFERS_HELD {
+                free.1 += buf.len();
+                free.0.push(buf);
+            }
+        }
+    }
+    let logic = move |size: usize| -> Box<dyn DerefMut<Target = [u8]> + Send> {
+        let reused = {
+            let mut free = FREE.lock().unwrap_or_else(|e| e.into_inner());
+            let found = free.0.iter().position(|b| b.len() == size).map(|i| free.0.swap_remove(i));
+            if found.is_some() {
+                free.1 -= size;
+            }
+            found
+        };
+        // Timely reads only what it wrote: a reused buffer's old bytes are never seen.
+        Box::new(Pooled(reused.unwrap_or_else(|| vec![0u8; size])))
+    };
+    timely::communication::allocator::zero_copy::bytes_slab::BytesRefill {
+        logic: std::sync::Arc::new(logic),
+        limit: None,
+    }
 }
 
 /// Connect to every other process, each connection authenticated with the
@@ -256,5 +308,28 @@ fn bind_patiently(listen: &str, until: Instant) -> std::io::Result<TcpListener> 
             }
             other => return other,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::net_buffers;
+
+    #[test]
+    fn network_buffers_are_reused_once_dropped() {
+        let refill = net_buffers();
+        // A size no other test asks for, so that the free list holds only ours.
+        let size = (1 << 20) + 4096 + 17;
+        let mut a = (refill.logic)(size);
+        assert_eq!(a.len(), size);
+        a[size - 1] = 7;
+        let first = a.as_ptr();
+        drop(a);
+        let b = (refill.logic)(size);
+        assert_eq!(b.len(), size);
+        assert_eq!(b.as_ptr(), first, "the dropped buffer is taken again");
+        let c = (refill.logic)(size);
+        assert_ne!(c.as_ptr(), first, "a buffer in use is not handed out twice");
+        assert_eq!(c.len(), size);
     }
 }

@@ -122,14 +122,18 @@ pub(super) fn shuffle<'s, T: Elem>(
 /// The receiving side of a shuffle: tuples are passed on as they arrive,
 /// each with the site it came from (`tag`): every consumer orders a site's
 /// tuples by (key, source site), the order of the thread runtime's site lists,
-/// which the folds of later aggregations follow.
+/// which the folds of later aggregations follow. The time of the last arrival
+/// ends the exchange's wire window (the input is complete only later, once
+/// every process has said so, after whatever else the worker had to do).
 fn arrive_sorted<'s, T: Elem>(p: Arc<Proc<T>>, _me: usize, i: usize, routed: S<'s, T>, report: Report) -> S<'s, T> {
     let name = format!("{}: arrive", p.prep.steps[i].name);
     routed.unary_frontier::<CB<T>, _, _, _>(exchange::<T>(), &name, move |_, _| {
         let mut noted = false;
         let mut tuples = 0u64;
+        let mut last = 0u64;
         move |(input, frontier), output| {
             input.for_each(|cap, data| {
+                last = p.now_ns();
                 tuples += data.items.iter().filter(|it| matches!(it.body, Body::Tuple(..))).count() as u64;
                 output.session(&cap).give_container(data);
             });
@@ -137,6 +141,7 @@ fn arrive_sorted<'s, T: Elem>(p: Arc<Proc<T>>, _me: usize, i: usize, routed: S<'
                 noted = true;
                 let mut r = report.borrow_mut();
                 r.steps[i].done_ns = p.now_ns();
+                r.steps[i].last_ns = last;
                 r.steps[i].tuples += tuples;
             }
         }
@@ -144,18 +149,22 @@ fn arrive_sorted<'s, T: Elem>(p: Arc<Proc<T>>, _me: usize, i: usize, routed: S<'
 }
 
 /// The receiving side of a broadcast's second exchange: passes the shared
-/// list on and notes when the input is complete.
+/// list on, and notes when its last item arrived and when the input is complete.
 pub(super) fn arrive<'s, T: Elem>(p: Arc<Proc<T>>, i: usize, routed: S<'s, T>, report: Report) -> S<'s, T> {
     let name = format!("{}: arrive", p.prep.steps[i].name);
     routed.unary_frontier::<CB<T>, _, _, _>(exchange::<T>(), &name, move |_, _| {
         let mut noted = false;
+        let mut last = 0u64;
         move |(input, frontier), output| {
             input.for_each(|cap, data| {
+                last = p.now_ns();
                 output.session(&cap).give_container(data);
             });
             if frontier.is_empty() && !noted {
                 noted = true;
-                report.borrow_mut().steps[i].done_ns = p.now_ns();
+                let mut r = report.borrow_mut();
+                r.steps[i].done_ns = p.now_ns();
+                r.steps[i].last_ns = last;
             }
         }
     })

@@ -165,8 +165,9 @@ pub struct ClusterRun<T: Elem> {
 pub struct WireStat {
     /// Payload bytes (block elements) sent from one process to another.
     pub bytes: u64,
-    /// From its first item sent to its last received (on any process;
-    /// process clocks are aligned to within the connection set-up).
+    /// From its first item sent to its last one taken in by a worker (on
+    /// any process; process clocks are aligned to within the connection
+    /// set-up).
     pub ms: f64,
 }
 
@@ -251,6 +252,8 @@ struct StepStat {
     tuples: u64,
     /// An exchange: when it sent its first item (0: never).
     first_ns: u64,
+    /// An exchange: when its last item arrived (0: none arrived).
+    last_ns: u64,
     /// An exchange: payload bytes sent to other processes.
     wire_bytes: u64,
 }
