@@ -205,15 +205,18 @@ impl LoadCache {
             IaOp::Broadcast { input } => {
                 let bytes = self.tuple_bytes(ty(input));
                 let others = s as u64 - 1;
+                // Tuples leaving each site; every other site receives each.
+                let mut from = vec![0u64; s];
+                let mut moved = 0u64;
                 for (_, site) in args[0].layout.iter() {
                     if *site != EVERYWHERE {
-                        loads[*site as usize].bytes_out += others * bytes;
-                        for (b, l) in loads.iter_mut().enumerate() {
-                            if b as u32 != *site {
-                                l.bytes_in += bytes;
-                            }
-                        }
+                        from[*site as usize] += 1;
+                        moved += 1;
                     }
+                }
+                for (l, n) in loads.iter_mut().zip(&from) {
+                    l.bytes_out += n * others * bytes;
+                    l.bytes_in += (moved - n) * bytes;
                 }
                 if want_layout {
                     args[0].layout.iter().map(|(k, _)| (k.clone(), EVERYWHERE)).collect()
