@@ -29,14 +29,47 @@ use crate::egraph::{ExtractedPlan, Ia, TraEGraph};
 use egg::{Id, Language, RecExpr};
 use indexmap::IndexMap;
 use rustc_hash::FxHashMap as HashMap;
-use std::collections::BTreeMap;
 use std::rc::Rc;
 
-/// Class → cost of its chosen node, for every class a plan uses.
-type CostSet = Rc<BTreeMap<Id, Cost>>;
+/// Class → cost of its chosen node, for every class a plan uses, sorted by
+/// class (a sorted vector: sets are built by merging the children's, which
+/// is linear, and summed in class order).
+type CostSet = Rc<Vec<(Id, Cost)>>;
 
-fn total(set: &BTreeMap<Id, Cost>) -> Cost {
-    set.values().fold(Cost::default(), |a, c| a + *c)
+fn total(set: &[(Id, Cost)]) -> Cost {
+    set.iter().fold(Cost::default(), |a, (_, c)| a + *c)
+}
+
+fn set_contains(set: &[(Id, Cost)], class: Id) -> bool {
+    set.binary_search_by_key(&class, |(k, _)| *k).is_ok()
+}
+
+/// `acc ∪ more`, both sorted by class; where both hold a class, `acc`'s
+/// cost is kept (the first child's, as children are merged in order).
+fn merge_into(acc: &mut Vec<(Id, Cost)>, more: &[(Id, Cost)], scratch: &mut Vec<(Id, Cost)>) {
+    scratch.clear();
+    scratch.reserve(acc.len() + more.len());
+    let (mut i, mut j) = (0, 0);
+    while i < acc.len() && j < more.len() {
+        match acc[i].0.cmp(&more[j].0) {
+            std::cmp::Ordering::Less => {
+                scratch.push(acc[i]);
+                i += 1;
+            }
+            std::cmp::Ordering::Greater => {
+                scratch.push(more[j]);
+                j += 1;
+            }
+            std::cmp::Ordering::Equal => {
+                scratch.push(acc[i]);
+                i += 1;
+                j += 1;
+            }
+        }
+    }
+    scratch.extend_from_slice(&acc[i..]);
+    scratch.extend_from_slice(&more[j..]);
+    std::mem::swap(acc, scratch);
 }
 
 /// The chosen node of every class that has an executable plan.
@@ -83,15 +116,19 @@ impl NodeCosts {
 pub fn choose_among(eg: &TraEGraph, costs: &NodeCosts, allow: &dyn Fn(&TraEGraph, Id, &Ia) -> bool) -> Choice {
     let mut best: HashMap<Id, (Ia, CostSet, Cost)> = HashMap::default();
     let candidates: Vec<&(Id, Ia, Cost)> = costs.0.iter().filter(|(id, node, _)| allow(eg, *id, node)).collect();
+    // Each candidate's children, canonical, found once for every pass.
+    let children: Vec<Vec<Id>> =
+        candidates.iter().map(|(_, node, _)| node.children().iter().map(|c| eg.find(*c)).collect()).collect();
     // Parents of each class, so that a pass only revisits nodes whose
     // children's best plans changed in the previous pass.
     let mut parents: HashMap<Id, Vec<usize>> = HashMap::default();
-    for (i, (_, node, _)) in candidates.iter().copied().enumerate() {
-        for child in node.children() {
-            parents.entry(eg.find(*child)).or_default().push(i);
+    for (i, kids) in children.iter().enumerate() {
+        for child in kids {
+            parents.entry(*child).or_default().push(i);
         }
     }
     let mut pending: Vec<bool> = vec![true; candidates.len()];
+    let mut scratch: Vec<(Id, Cost)> = Vec::new();
     // Past the request's deadline the passes stop early; the caller sees
     // `deadline::expired()` and discards the partial choice.
     let mut ticker = crate::deadline::Ticker::default();
@@ -105,14 +142,16 @@ pub fn choose_among(eg: &TraEGraph, costs: &NodeCosts, allow: &dyn Fn(&TraEGraph
                 continue;
             }
             pending[i] = false;
-            let mut set: BTreeMap<Id, Cost> = BTreeMap::new();
+            let mut set: Vec<(Id, Cost)> = Vec::new();
             let mut ok = true;
-            for child in node.children() {
-                let child = eg.find(*child);
-                match best.get(&child) {
-                    Some((_, s, _)) if !s.contains_key(cid) => {
-                        for (k, v) in s.iter() {
-                            set.entry(*k).or_insert(*v);
+            for (n, child) in children[i].iter().enumerate() {
+                match best.get(child) {
+                    Some((_, s, _)) if !set_contains(s, *cid) => {
+                        if n == 0 {
+                            set.reserve(s.len() + 1);
+                            set.extend_from_slice(s);
+                        } else {
+                            merge_into(&mut set, s, &mut scratch);
                         }
                     }
                     _ => {
@@ -124,7 +163,9 @@ pub fn choose_among(eg: &TraEGraph, costs: &NodeCosts, allow: &dyn Fn(&TraEGraph
             if !ok {
                 continue;
             }
-            set.insert(*cid, *own);
+            // `cid` is in no child's set (checked above).
+            let at = set.partition_point(|(k, _)| *k < *cid);
+            set.insert(at, (*cid, *own));
             let t = total(&set);
             let better = match best.get(cid) {
                 None => true,

@@ -124,7 +124,8 @@ impl LoadCache {
         let mut out = IndexMap::new();
         for (name, decl) in &plan.inputs {
             let mut h = DefaultHasher::new();
-            ("input", name, format!("{decl:?}")).hash(&mut h);
+            ("input", name).hash(&mut h);
+            hash_debug(&mut h, decl);
             let key = h.finish();
             shape.insert(name, key);
             if !self.done.contains_key(&key) {
@@ -136,7 +137,7 @@ impl LoadCache {
         for name in &typed.order {
             let op = &plan.nodes[name];
             let mut h = DefaultHasher::new();
-            format!("{op:?}").hash(&mut h);
+            hash_debug(&mut h, op);
             for child in op.operands() {
                 shape.get(child).hash(&mut h);
             }
@@ -204,15 +205,18 @@ impl LoadCache {
             IaOp::Broadcast { input } => {
                 let bytes = self.tuple_bytes(ty(input));
                 let others = s as u64 - 1;
+                // Tuples leaving each site; every other site receives each.
+                let mut from = vec![0u64; s];
+                let mut moved = 0u64;
                 for (_, site) in args[0].layout.iter() {
                     if *site != EVERYWHERE {
-                        loads[*site as usize].bytes_out += others * bytes;
-                        for (b, l) in loads.iter_mut().enumerate() {
-                            if b as u32 != *site {
-                                l.bytes_in += bytes;
-                            }
-                        }
+                        from[*site as usize] += 1;
+                        moved += 1;
                     }
+                }
+                for (l, n) in loads.iter_mut().zip(&from) {
+                    l.bytes_out += n * others * bytes;
+                    l.bytes_in += (moved - n) * bytes;
                 }
                 if want_layout {
                     args[0].layout.iter().map(|(k, _)| (k.clone(), EVERYWHERE)).collect()
@@ -348,6 +352,21 @@ impl LoadCache {
     fn tuple_bytes(&self, t: &PhysType) -> u64 {
         t.rel.block_floats().saturating_mul(self.bytes_per_float)
     }
+}
+
+/// Feed a value's `Debug` text to a hasher without building the string (the
+/// structure key of a sub-plan: operators hold kernels and key expressions,
+/// which print exactly but do not hash).
+fn hash_debug(h: &mut DefaultHasher, value: &impl std::fmt::Debug) {
+    struct Feed<'h>(&'h mut DefaultHasher);
+    impl std::fmt::Write for Feed<'_> {
+        fn write_str(&mut self, s: &str) -> std::fmt::Result {
+            self.0.write(s.as_bytes());
+            Ok(())
+        }
+    }
+    let _ = std::fmt::Write::write_fmt(&mut Feed(h), format_args!("{value:?}"));
+    h.write_u8(0xff);
 }
 
 /// Flops of one fold step of an aggregation kernel (a concat is a copy).

@@ -17,7 +17,7 @@ use crate::cost::{node_cost, Cost, Weights};
 use crate::egraph::nodes::{ia_op, leaf};
 use crate::egraph::{Ia, TraEGraph};
 use crate::extract::NodeCosts;
-use crate::loads::{Evaluated, Layout, LoadCache};
+use crate::loads::{Evaluated, Layout, LoadCache, OpLoads};
 use crate::program::IaOp;
 use crate::time::{stage_seconds, Profile};
 use crate::types::PhysType;
@@ -31,6 +31,10 @@ struct Layouts<'a> {
     eg: &'a TraEGraph,
     cache: LoadCache,
     of: HashMap<Id, Arc<Layout>>,
+    /// The per-site loads of the nodes evaluated for a class's layout, by
+    /// node and operand classes: the stage times read them again (loads do
+    /// not depend on whether the layout was wanted).
+    loads_of: HashMap<(Ia, Vec<Id>), Arc<OpLoads>>,
 }
 
 impl<'a> Layouts<'a> {
@@ -66,24 +70,32 @@ impl<'a> Layouts<'a> {
         self.cache.eval_op("(e-graph)", &op, &evaluated, &types, want_layout).ok()
     }
 
-    /// The layout of a class from one of its nodes, if its operands' are known.
-    fn layout_from(&self, class: Id, node: &Ia) -> Option<Arc<Layout>> {
-        match node {
+    /// The loads of `node` on operand classes `args`, evaluated now or
+    /// when a layout was found with it.
+    fn loads(&self, node: &Ia, args: &[Id]) -> Option<Arc<OpLoads>> {
+        match self.loads_of.get(&(node.clone(), args.to_vec())) {
+            Some(l) => Some(l.clone()),
+            None => Some(self.eval(node, args, false)?.loads),
+        }
+    }
+
+    /// The layout of a class from one of its nodes, if its operands' are
+    /// known; the loads of that evaluation are kept for [`Layouts::loads`].
+    fn layout_from(&mut self, class: Id, node: &Ia) -> Option<Arc<Layout>> {
+        let args = match node {
             Ia::Input(n) => {
                 let name = leaf(self.eg, *n).ok()?.as_name().ok()?;
                 let decl = self.eg.analysis.inputs.get(name)?;
-                Some(Arc::new(self.cache.input_layout(name, &decl.placement, self.phys(class)?).ok()?))
+                return Some(Arc::new(self.cache.input_layout(name, &decl.placement, self.phys(class)?).ok()?));
             }
-            Ia::Shuffle([_, l]) | Ia::Broadcast(l) => {
-                let src = *self.sources(self.eg.find(*l)).first()?;
-                Some(self.eval(node, &[src], true)?.layout)
-            }
-            Ia::LJoin([_, _, _, a, b]) => Some(self.eval(node, &[self.eg.find(*a), self.eg.find(*b)], true)?.layout),
-            Ia::LAgg([_, _, x]) | Ia::LMap([_, _, x]) | Ia::LFilter([_, x]) => {
-                Some(self.eval(node, &[self.eg.find(*x)], true)?.layout)
-            }
-            _ => None,
-        }
+            Ia::Shuffle([_, l]) | Ia::Broadcast(l) => vec![*self.sources(self.eg.find(*l)).first()?],
+            Ia::LJoin([_, _, _, a, b]) => vec![self.eg.find(*a), self.eg.find(*b)],
+            Ia::LAgg([_, _, x]) | Ia::LMap([_, _, x]) | Ia::LFilter([_, x]) => vec![self.eg.find(*x)],
+            _ => return None,
+        };
+        let e = self.eval(node, &args, true)?;
+        self.loads_of.insert((node.clone(), args), e.loads);
+        Some(e.layout)
     }
 }
 
@@ -91,8 +103,12 @@ impl<'a> Layouts<'a> {
 /// `total` (network floats and flops as the network model counts them), or
 /// `None` when the request's deadline passed on the way.
 pub fn stage_costs(eg: &TraEGraph, profile: &Profile) -> Option<NodeCosts> {
-    let mut layouts =
-        Layouts { eg, cache: LoadCache::new(eg.analysis.sites, profile.bytes_per_float), of: HashMap::default() };
+    let mut layouts = Layouts {
+        eg,
+        cache: LoadCache::new(eg.analysis.sites, profile.bytes_per_float),
+        of: HashMap::default(),
+        loads_of: HashMap::default(),
+    };
     loop {
         let mut changed = false;
         for class in eg.classes() {
@@ -123,14 +139,14 @@ pub fn stage_costs(eg: &TraEGraph, profile: &Profile) -> Option<NodeCosts> {
                 Ia::Shuffle([_, l]) | Ia::Broadcast(l) => layouts
                     .sources(eg.find(*l))
                     .iter()
-                    .filter_map(|src| layouts.eval(node, &[*src], false))
-                    .map(|e| stage_seconds(true, &e.loads, profile).0)
+                    .filter_map(|src| layouts.loads(node, &[*src]))
+                    .map(|loads| stage_seconds(true, &loads, profile).0)
                     .fold(None, |m: Option<f64>, t| Some(m.map_or(t, |m| m.min(t)))),
                 Ia::LJoin([_, _, _, a, b]) => layouts
-                    .eval(node, &[eg.find(*a), eg.find(*b)], false)
-                    .map(|e| stage_seconds(false, &e.loads, profile).0),
+                    .loads(node, &[eg.find(*a), eg.find(*b)])
+                    .map(|loads| stage_seconds(false, &loads, profile).0),
                 Ia::LAgg([_, _, x]) | Ia::LMap([_, _, x]) => {
-                    layouts.eval(node, &[eg.find(*x)], false).map(|e| stage_seconds(false, &e.loads, profile).0)
+                    layouts.loads(node, &[eg.find(*x)]).map(|loads| stage_seconds(false, &loads, profile).0)
                 }
                 _ => Some(0.0),
             };
