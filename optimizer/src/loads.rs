@@ -108,13 +108,13 @@ pub struct LoadError {
 pub struct LoadCache {
     sites: usize,
     bytes_per_float: u64,
-    done: HashMap<u64, Arc<Evaluated>>,
+    done: FxHashMap<u64, Arc<Evaluated>>,
 }
 
 impl LoadCache {
     /// An empty cache for plans on `sites` sites.
     pub fn new(sites: usize, bytes_per_float: u64) -> LoadCache {
-        LoadCache { sites: sites.max(1), bytes_per_float, done: HashMap::new() }
+        LoadCache { sites: sites.max(1), bytes_per_float, done: FxHashMap::default() }
     }
 
     /// The per-site loads of every operator of a checked plan, by name, in
@@ -246,7 +246,8 @@ impl LoadCache {
                 let per = kernel.flops(&[&ty(left).rel.array_bounds, &ty(right).rel.array_bounds]);
                 let project =
                     |k: &Key, dims: &[usize]| -> Option<Key> { dims.iter().map(|&d| k.get(d).copied()).collect() };
-                let mut index: FxHashMap<Key, Vec<(&Key, u32)>> = FxHashMap::default();
+                let mut index: FxHashMap<Key, Vec<(&Key, u32)>> =
+                    FxHashMap::with_capacity_and_hasher(args[1].layout.len(), Default::default());
                 for (k, site) in args[1].layout.iter() {
                     let jk = project(k, right_keys)
                         .ok_or_else(|| err(format!("right key {k:?} has no dims {right_keys:?}")))?;
@@ -265,7 +266,10 @@ impl LoadCache {
                         };
                         flops_at(&mut loads, site, per);
                         if want_layout {
-                            let mut key = lk.clone();
+                            // One allocation per output key: the left key, then the
+                            // right key's dims that are not joined on.
+                            let mut key = Key::with_capacity(lk.len() + rk.len());
+                            key.extend_from_slice(lk);
                             key.extend(rk.iter().enumerate().filter(|(d, _)| !right_keys.contains(d)).map(|(_, c)| *c));
                             out.push((key, site));
                         }
