@@ -190,18 +190,28 @@ pub fn join_strategy(eg: &TraEGraph, node: &Ia) -> Option<JoinStrategy> {
     })
 }
 
-/// A P class that is a shuffle of a relation replicated by a key map (fanout > 1).
+/// A P class that is a shuffle of a relation replicated by a key map (fanout > 1),
+/// possibly filtered after the replication (`diag(A·B)` replicates along a dim
+/// and keeps the diagonal before shuffling: still the 3D strategy).
 fn replicated_by_key_map(eg: &TraEGraph, p: Id) -> bool {
     eg[p].nodes.iter().any(|n| match n {
         Ia::Shuffle([_, l]) => eg[*l].nodes.iter().any(|m| match m {
-            Ia::Erase(q) => eg[*q].nodes.iter().any(|k| match k {
-                Ia::LMap([f, _, _]) => matches!(eg[*f].data.param(), Some(Param::Key(k)) if k.fanout() > 1),
-                _ => false,
-            }),
+            Ia::Erase(q) => replicated_here(eg, *q, 0),
             _ => false,
         }),
         _ => false,
     })
+}
+
+/// A P class made by a key map of fanout > 1, looking through local filters
+/// (at most a few, so a cycle in the e-graph cannot loop).
+fn replicated_here(eg: &TraEGraph, q: Id, depth: usize) -> bool {
+    depth < 4
+        && eg[q].nodes.iter().any(|k| match k {
+            Ia::LMap([f, _, _]) => matches!(eg[*f].data.param(), Some(Param::Key(k)) if k.fanout() > 1),
+            Ia::LFilter([_, x]) => replicated_here(eg, *x, depth + 1),
+            _ => false,
+        })
 }
 
 fn strategy_of(eg: &TraEGraph, plan: &ExtractedPlan) -> Vec<JoinStrategy> {

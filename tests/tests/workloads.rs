@@ -100,6 +100,21 @@ fn diag_of_a_sum_pushes_the_filter_down_and_composes_diag_into_the_join() {
     snapshot("diag-x-plus-y", &a);
 }
 
+/// diag(A·B) replicates A along j and B along i, keeps the diagonal and
+/// shuffles both by i: the 3D strategy (no partial sums are exchanged), even
+/// though a filter sits between the replication and the shuffle.
+#[test]
+fn diag_of_a_product_is_labelled_as_the_3d_strategy_it_is() {
+    let a = optimize(&tra_tests::program(tra_tests::DIAG_OF_PRODUCT), &tra_rules::all(), &Limits::default()).unwrap();
+    let best = &a.alternatives[0].label;
+    assert!(best.starts_with("RMM (3D)") && best.contains("filter"), "{best}");
+    assert!(
+        a.alternatives.iter().filter(|x| x.label.starts_with("CMM")).all(|x| !x.label.contains("replicate")),
+        "{:?}",
+        a.alternatives.iter().map(|x| &x.label).collect::<Vec<_>>()
+    );
+}
+
 #[test]
 fn ffnn_google_speech_is_data_parallel() {
     let a = run("ffnn-google-speech");
