@@ -152,3 +152,23 @@ fn calibrate_prints_a_profile_that_optimize_takes() {
     let (ok, _, err) = tra(&["optimize", "examples/matmul.json", "--profile", "no-such-profile.json"]);
     assert!(!ok && err.contains("no-such-profile.json"), "{err}");
 }
+
+#[test]
+fn calibrate_names_what_is_wrong_with_its_arguments() {
+    let (ok, _, err) = tra(&["calibrate", "--processes", "2", "--block", "0"]);
+    assert!(!ok && err.contains("--block 0") && err.contains("between 16 and 4096"), "{err}");
+    let dir = std::env::temp_dir().join(format!("tra-calibrate-bad-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let missing = dir.join("absent.txt");
+    let (ok, _, err) = tra(&["calibrate", "--hosts", missing.to_str().unwrap()]);
+    assert!(!ok && err.contains("cannot read the host file"), "{err}");
+    let bad = dir.join("hosts.txt");
+    std::fs::write(&bad, "garbage line\n").unwrap();
+    let (ok, _, err) = tra(&["calibrate", "--hosts", bad.to_str().unwrap()]);
+    assert!(!ok && err.contains("line 1") && err.contains("is not HOST:PORT"), "{err}");
+    // Nothing was written beside the host file.
+    let mut left: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name()).collect();
+    left.sort();
+    assert_eq!(left, vec![std::ffi::OsString::from("hosts.txt")]);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
