@@ -200,7 +200,12 @@ impl Default for ServerConfig {
 impl ServerConfig {
     /// The optimizer limits of this configuration.
     pub fn limits(&self) -> Limits {
-        Limits { nodes: self.max_egraph_nodes, iterations: self.max_iterations, time: self.optimize_time }
+        Limits {
+            nodes: self.max_egraph_nodes,
+            iterations: self.max_iterations,
+            time: self.optimize_time,
+            ..Limits::default()
+        }
     }
 
     fn limits_text(&self) -> String {

@@ -157,7 +157,7 @@ impl<'a> Options<'a> {
     pub fn new(rules: &'a [RuleDef]) -> Options<'a> {
         Options {
             rules,
-            limits: Limits { nodes: 20_000, iterations: 30, time: Duration::from_millis(500) },
+            limits: Limits { nodes: 20_000, iterations: 30, time: Duration::from_millis(500), ..Limits::default() },
             search_time: Duration::from_secs(10),
         }
     }

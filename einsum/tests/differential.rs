@@ -222,7 +222,8 @@ fn check_case(case: &Case, seed: u64, rules: &[tra_optimizer::rule::RuleDef], ru
     let data = random_data(&case.shapes, seed);
     let want = naive_einsum(&case.expr, &data);
     let mut opts = Options::new(rules);
-    opts.limits = Limits { nodes: 5_000, iterations: 20, time: std::time::Duration::from_millis(300) };
+    opts.limits =
+        Limits { nodes: 5_000, iterations: 20, time: std::time::Duration::from_millis(300), ..Limits::default() };
     let c = compile(&request(case), &opts).map_err(|e| format!("{tag}: compile: {e}"))?;
     if c.output.shape != want.shape() {
         return Err(format!("{tag}: output shape {:?}, numpy's {:?}", c.output.shape, want.shape()));

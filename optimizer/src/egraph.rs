@@ -356,10 +356,28 @@ pub struct TraAnalysis {
     /// that already built its right-hand side for the same classes would
     /// only build the same nodes again, so it skips them.
     pub applied: rustc_hash::FxHashSet<(egg::Symbol, Id, egg::Subst)>,
+    /// Matches a rule turned down on the analysis data alone (a condition
+    /// that does not hold, a right-hand side that does not type), by the
+    /// same key: while no class's data changes, they would be turned down
+    /// again, so the applier skips them. Valid for [`TraAnalysis::data_epoch`]
+    /// `rejected_epoch` only.
+    pub rejected: rustc_hash::FxHashSet<(egg::Symbol, Id, egg::Subst)>,
+    /// Every class egg changed (new, merged into, or with new analysis
+    /// data), in order: where the incremental search looks for new matches
+    /// ([`crate::schedule`]).
+    pub touched: Vec<Id>,
+    /// The [`TraAnalysis::data_epoch`] at which `rejected` was filled.
+    pub rejected_epoch: u64,
+    /// Counts the merges that changed a class's data (a placement learnt):
+    /// a match turned down before may hold after.
+    pub data_epoch: u64,
     /// The program's inputs and nodes by name, with the class each was added
     /// as ([`add_program`]): a failed merge is reported at the program node
     /// nearest above the merged classes.
     pub program_nodes: Vec<(String, Id)>,
+    /// A node typed by [`add_typed`] just before egg adds it, with its type:
+    /// `make` takes it instead of typing the node a second time.
+    typed: Option<(Ia, ClassData)>,
 }
 
 impl fmt::Debug for TraAnalysis {
@@ -379,7 +397,12 @@ impl TraAnalysis {
             values: HashMap::new(),
             check_merges: true,
             applied: Default::default(),
+            rejected: Default::default(),
+            touched: Vec::new(),
+            rejected_epoch: 0,
+            data_epoch: 0,
             program_nodes: Vec::new(),
+            typed: None,
         }
     }
 
@@ -551,11 +574,30 @@ pub fn type_node(eg: &TraEGraph, node: &Ia) -> Result<ClassData, TypeError> {
     })
 }
 
+/// Add `node` (children already in the graph) if it type-checks, typing it
+/// once; its class if it is already there. Rules build right-hand sides with
+/// this, so that an ill-typed node is skipped instead of reaching `make`.
+pub fn add_typed(eg: &mut TraEGraph, node: Ia) -> Result<Id, TypeError> {
+    let node = node.map_children(|c| eg.find(c));
+    if let Some(id) = eg.lookup(node.clone()) {
+        return Ok(id);
+    }
+    let data = type_node(eg, &node)?;
+    eg.analysis.typed = Some((node.clone(), data));
+    let id = eg.add(node);
+    eg.analysis.typed = None;
+    Ok(id)
+}
+
 impl Analysis<Ia> for TraAnalysis {
     type Data = ClassData;
 
     fn make(egraph: &mut TraEGraph, enode: &Ia, _id: Id) -> ClassData {
-        let data = match type_node(egraph, enode) {
+        let typed = match egraph.analysis.typed.take() {
+            Some((node, data)) if node == *enode => Ok(data),
+            _ => type_node(egraph, enode),
+        };
+        let data = match typed {
             Ok(d) => d,
             Err(e) => {
                 // Typing stopped by the request's deadline, not an ill-typed node:
@@ -569,6 +611,7 @@ impl Analysis<Ia> for TraAnalysis {
     }
 
     fn modify(egraph: &mut TraEGraph, id: Id) {
+        egraph.analysis.touched.push(id);
         check_class_values(egraph, id);
     }
 
@@ -597,6 +640,7 @@ impl Analysis<Ia> for TraAnalysis {
             if let (ClassData::P(x), ClassData::P(y)) = (&mut *a, &b) {
                 if x.placement == Placement::Any && y.placement != Placement::Any {
                     x.placement = y.placement.clone();
+                    self.data_epoch += 1;
                     return DidMerge(true, false);
                 }
             }
@@ -624,6 +668,7 @@ impl Analysis<Ia> for TraAnalysis {
                     (_, Placement::Any) => DidMerge(false, true),
                     (Placement::Any, _) => {
                         x.placement = y.placement;
+                        self.data_epoch += 1;
                         DidMerge(true, false)
                     }
                     (p, q) => panic!(

@@ -22,6 +22,7 @@ pub mod placement;
 pub mod program;
 pub mod rule;
 pub mod rule_failure;
+pub mod schedule;
 pub mod stage_cost;
 pub mod time;
 pub mod types;

@@ -20,7 +20,7 @@
 
 use egg::{Applier, ENodeOrVar, Id, Language, Pattern, PatternAst, Rewrite, Subst, Symbol, Var};
 use std::sync::Arc;
-use tra_optimizer::egraph::{nodes, type_node, ClassData, Ia, LogicalType, Param, TraAnalysis, TraEGraph};
+use tra_optimizer::egraph::{add_typed, nodes, ClassData, Ia, LogicalType, Param, TraAnalysis, TraEGraph};
 use tra_optimizer::kernel::KernelRef;
 use tra_optimizer::keyexpr::{KeyFn, Predicate};
 use tra_optimizer::rule::{Named, TraRewrite};
@@ -123,11 +123,7 @@ pub fn leaf(eg: &mut TraEGraph, p: Param) -> Id {
 /// Add `node` (children already in the graph) if it type-checks; its class
 /// otherwise. `None` when it is ill-typed: the caller skips the match.
 pub fn add_checked(eg: &mut TraEGraph, node: Ia) -> Option<Id> {
-    if let Some(id) = eg.lookup(node.clone()) {
-        return Some(id);
-    }
-    type_node(eg, &node).ok()?;
-    Some(eg.add(node))
+    add_typed(eg, node).ok()
 }
 
 /// Instantiate a right-hand side pattern with `subst`, type-checking every
@@ -205,7 +201,25 @@ type BuildFn = dyn Fn(&mut TraEGraph, Id, &Subst) -> Vec<(Id, Id)> + Send + Sync
 #[derive(Clone)]
 pub struct Build {
     guard: Guard,
+    /// The rule's named conditions (read only the class analysis).
+    holds: Option<Arc<Test>>,
+    /// Whether `f` building nothing depends only on the analysis data of the
+    /// matched class and the substitution's classes (then the match is
+    /// remembered as turned down, like one whose condition fails).
+    data_only: bool,
     f: Arc<BuildFn>,
+}
+
+impl Build {
+    /// Whether this match was turned down on the same analysis data before.
+    fn rejected_before(egraph: &mut TraEGraph, key: &(Symbol, Id, Subst)) -> bool {
+        let a = &mut egraph.analysis;
+        if a.rejected_epoch != a.data_epoch {
+            a.rejected.clear();
+            a.rejected_epoch = a.data_epoch;
+        }
+        a.rejected.contains(key)
+    }
 }
 
 impl Applier<Ia, TraAnalysis> for Build {
@@ -218,12 +232,18 @@ impl Applier<Ia, TraAnalysis> for Build {
         rule_name: Symbol,
     ) -> Vec<Id> {
         let key = (rule_name, eclass, subst.clone());
-        if egraph.analysis.applied.contains(&key) {
+        if egraph.analysis.applied.contains(&key) || Build::rejected_before(egraph, &key) {
+            return Vec::new();
+        }
+        if self.holds.as_ref().is_some_and(|holds| !holds(egraph, eclass, subst)) {
+            egraph.analysis.rejected.insert(key);
             return Vec::new();
         }
         let built = (self.f)(egraph, eclass, subst);
         if !built.is_empty() {
             egraph.analysis.applied.insert(key);
+        } else if self.data_only {
+            egraph.analysis.rejected.insert(key);
         }
         let mut changed = Vec::new();
         for (class, rhs) in built {
@@ -248,8 +268,11 @@ pub fn rewrite_pairs(
     guard: Guard,
     f: impl Fn(&mut TraEGraph, Id, &Subst) -> Vec<(Id, Id)> + Send + Sync + 'static,
 ) -> TraRewrite {
-    Rewrite::new(egg_name, lhs.clone(), Named { rule, inner: Build { guard, f: Arc::new(f) } })
-        .unwrap_or_else(|e| panic!("rule {egg_name}: {e}"))
+    rewrite_built(rule, egg_name, lhs, Build { guard, holds: None, data_only: false, f: Arc::new(f) })
+}
+
+fn rewrite_built(rule: &'static str, egg_name: &str, lhs: &Pattern<Ia>, build: Build) -> TraRewrite {
+    Rewrite::new(egg_name, lhs.clone(), Named { rule, inner: build }).unwrap_or_else(|e| panic!("rule {egg_name}: {e}"))
 }
 
 // ---------------------------------------------------------------------------
@@ -325,6 +348,7 @@ pub struct Rw {
     computed_condition: Option<&'static str>,
     listed: bool,
     both_ways: bool,
+    reads_members: bool,
 }
 
 /// A rewrite `lhs = rhs` (patterns).
@@ -342,6 +366,7 @@ impl Rw {
             computed_condition: None,
             listed: true,
             both_ways: false,
+            reads_members: false,
         }
     }
 
@@ -418,6 +443,14 @@ impl Rw {
         self
     }
 
+    /// Its binder reads the members of classes (not only the class
+    /// analysis), so a match it turns down may succeed once the graph has
+    /// grown: such matches are tried again each iteration.
+    pub fn reads_members(mut self) -> Rw {
+        self.reads_members = true;
+        self
+    }
+
     /// Not listed in the equation: it states an equation already listed (the
     /// other direction, or the same equality from another side).
     pub fn unlisted(mut self) -> Rw {
@@ -465,14 +498,16 @@ impl Rw {
         };
         let when = Arc::new(self.when);
         let holds = move |eg: &TraEGraph, id: Id, s: &Subst| when.iter().all(|c| c.holds(eg, id, s));
+        let reads_members = self.reads_members;
         let build = |lhs: &Pattern<Ia>, name: String, rhs: Rhs, holds: Arc<Test>| -> TraRewrite {
+            let holds = Some(holds);
             match rhs {
                 Rhs::Patterns { pats, bind } => {
                     let asts: Vec<PatternAst<Ia>> = pats.into_iter().map(|p| p.ast).collect();
-                    rewrite_pairs(rule, &name, lhs, guard, move |eg, id, s| {
-                        if !holds(eg, id, s) {
-                            return vec![];
-                        }
+                    // Instantiating patterns fails only on types; a binder
+                    // reads the class analysis unless it says otherwise.
+                    let data_only = !reads_members;
+                    let f = move |eg: &mut TraEGraph, id: Id, s: &Subst| {
                         let s = match &bind {
                             None => s.clone(),
                             Some(b) => {
@@ -481,14 +516,12 @@ impl Rw {
                             }
                         };
                         asts.iter().filter_map(|a| inst(eg, a, &s)).map(|r| (id, r)).collect()
-                    })
+                    };
+                    rewrite_built(rule, &name, lhs, Build { guard, holds, data_only, f: Arc::new(f) })
                 }
-                Rhs::Apply { f, .. } => rewrite_pairs(rule, &name, lhs, guard, move |eg, id, s| {
-                    if !holds(eg, id, s) {
-                        return vec![];
-                    }
-                    f(eg, id, s)
-                }),
+                // A computed right-hand side may read the graph: only its
+                // failed conditions are remembered.
+                Rhs::Apply { f, .. } => rewrite_built(rule, &name, lhs, Build { guard, holds, data_only: false, f }),
             }
         };
         let holds: Arc<Test> = Arc::new(holds);

@@ -110,6 +110,7 @@ pub fn matmul_rmm() -> RuleDef {
         )
         .when(matrices("?x", "?y"))
         .when(dense_nonempty("?x", "?y"))
+        .reads_members()
         .bind(
             &[("?px", "member(?x)"), ("?py", "member(?y)"), ("?kx", "key:[k0,k1,0..K]"), ("?ky", "key:[0..I,k0,k1]")],
             move |eg, _, s| {

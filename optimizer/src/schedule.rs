@@ -1,0 +1,167 @@
+//! Incremental search: each iteration looks for matches only where the
+//! e-graph changed.
+//!
+//! egg searches every rule in every class each iteration, and finds again
+//! every match it found before; the appliers then skip those they already
+//! built or turned down (`TraAnalysis::applied`, `TraAnalysis::rejected`).
+//! On a plain matmul that is most of saturation's time. Yet a match can only
+//! be new where the graph changed: a match of a pattern rooted at class `R`
+//! reads the nodes of the classes at most `d` levels below `R` (`d` = the
+//! pattern's depth, its variables included) and those classes' analysis
+//! data. Every change egg makes to a class — a new class, a union (new
+//! members), a learnt analysis value — calls `Analysis::modify` on it, which
+//! logs the class ([`TraAnalysis::touched`]). So after the first iteration
+//! (which searches everything), a rule is searched only in the classes at
+//! most `d` parent steps above a class touched since the previous search.
+//!
+//! This is exact, not a heuristic, under the rules' contract: conditions,
+//! binders and appliers read only the classes their pattern binds (their
+//! analysis data, and for `matmul-rmm` the members of one of them). A rule
+//! reading further would need a deeper pattern. The test
+//! `incremental_search_builds_the_graph_full_search_builds` compares both on
+//! every built-in workload.
+//!
+//! [`TraAnalysis::touched`]: crate::egraph::TraAnalysis::touched
+
+use crate::egraph::{Ia, TraAnalysis, TraEGraph};
+use egg::{ENodeOrVar, Id, Language, PatternAst, Rewrite, RewriteScheduler, SearchMatches};
+use rustc_hash::FxHashMap;
+
+/// How each saturation iteration finds matches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Search {
+    /// Only where the graph changed since the previous iteration (the default).
+    #[default]
+    Incremental,
+    /// Every rule in every class, every iteration (egg's `SimpleScheduler`):
+    /// the reference the incremental search is tested against.
+    Full,
+}
+
+/// A [`RewriteScheduler`] that searches each rule only near the classes
+/// touched since the previous iteration (see the module docs).
+pub struct IncrementalScheduler {
+    /// [`Search::Full`]: search everywhere every iteration.
+    full: bool,
+    /// The iteration the candidates below were found for.
+    iteration: Option<usize>,
+    /// First iteration of this runner: search everywhere.
+    everywhere: bool,
+    /// How much of the analysis's touched log is already consumed.
+    consumed: usize,
+    /// The classes at most [`MAX_DEPTH`] parent steps above a touched
+    /// class, with that number of steps (the least).
+    near: FxHashMap<Id, usize>,
+    /// Pattern depth of each rule, by name (`None`: not a pattern; searched
+    /// everywhere).
+    depth: FxHashMap<egg::Symbol, Option<usize>>,
+}
+
+/// The deepest level of a pattern (root 0), its variables and leaves included.
+pub fn pattern_depth(ast: &PatternAst<Ia>) -> usize {
+    let nodes = ast.as_ref();
+    // Children come before parents in a RecExpr: compute heights bottom-up.
+    let mut height = vec![0usize; nodes.len()];
+    for (i, n) in nodes.iter().enumerate() {
+        if let ENodeOrVar::ENode(node) = n {
+            height[i] = node.children().iter().map(|c| height[usize::from(*c)] + 1).max().unwrap_or(0);
+        }
+    }
+    height.last().copied().unwrap_or(0)
+}
+
+impl IncrementalScheduler {
+    /// A scheduler searching as `search` says.
+    pub fn new(search: Search) -> IncrementalScheduler {
+        IncrementalScheduler {
+            full: search == Search::Full,
+            iteration: None,
+            everywhere: true,
+            consumed: 0,
+            near: FxHashMap::default(),
+            depth: FxHashMap::default(),
+        }
+    }
+
+    /// Find the classes near the changes logged since the last iteration.
+    fn prepare(&mut self, iteration: usize, egraph: &TraEGraph) {
+        let first = self.iteration.is_none();
+        self.iteration = Some(iteration);
+        let log = &egraph.analysis.touched;
+        let fresh = &log[self.consumed.min(log.len())..];
+        self.consumed = log.len();
+        self.everywhere = first;
+        self.near.clear();
+        if first {
+            return;
+        }
+        let mut level: Vec<Id> = Vec::new();
+        for &c in fresh {
+            // A touched class may since have been merged away: its root is
+            // what changed.
+            let c = egraph.find(c);
+            if let std::collections::hash_map::Entry::Vacant(e) = self.near.entry(c) {
+                e.insert(0);
+                level.push(c);
+            }
+        }
+        for steps in 1..=MAX_DEPTH {
+            let mut next = Vec::new();
+            for &c in &level {
+                for p in egraph[c].parents() {
+                    let p = egraph.find(p);
+                    if let std::collections::hash_map::Entry::Vacant(e) = self.near.entry(p) {
+                        e.insert(steps);
+                        next.push(p);
+                    }
+                }
+            }
+            if next.is_empty() {
+                break;
+            }
+            level = next;
+        }
+    }
+
+    fn depth_of(&mut self, rewrite: &Rewrite<Ia, TraAnalysis>) -> Option<usize> {
+        *self
+            .depth
+            .entry(rewrite.name)
+            .or_insert_with(|| rewrite.searcher.get_pattern_ast().map(pattern_depth).filter(|&d| d <= MAX_DEPTH))
+    }
+}
+
+/// The deepest pattern searched incrementally; deeper ones are searched
+/// everywhere (no rule is that deep).
+const MAX_DEPTH: usize = 12;
+
+impl RewriteScheduler<Ia, TraAnalysis> for IncrementalScheduler {
+    fn search_rewrite<'a>(
+        &mut self,
+        iteration: usize,
+        egraph: &TraEGraph,
+        rewrite: &'a Rewrite<Ia, TraAnalysis>,
+    ) -> Vec<SearchMatches<'a, Ia>> {
+        if self.full {
+            return rewrite.search(egraph);
+        }
+        if self.iteration != Some(iteration) {
+            self.prepare(iteration, egraph);
+        }
+        let depth = self.depth_of(rewrite);
+        let root = rewrite.searcher.get_pattern_ast().and_then(|a| match a.as_ref().last() {
+            Some(ENodeOrVar::ENode(n)) => Some(n.discriminant()),
+            _ => None,
+        });
+        match (depth, root) {
+            (Some(d), Some(op)) if !self.everywhere => {
+                let Some(classes) = egraph.classes_for_op(&op) else { return Vec::new() };
+                classes
+                    .filter(|c| self.near.get(c).is_some_and(|&steps| steps <= d))
+                    .filter_map(|c| rewrite.searcher.search_eclass_with_limit(egraph, c, usize::MAX))
+                    .collect()
+            }
+            _ => rewrite.search(egraph),
+        }
+    }
+}
