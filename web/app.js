@@ -432,7 +432,7 @@ function render() {
 /** What bounds a plan's predicted time, in words. */
 function bottleneckText(b) {
   if (!b) return "no operator: no time";
-  const what = {compute: "computing", link_in: "receiving", link_out: "sending"}[b.resource] || b.resource;
+  const what = {compute: "computing", link_in: "receiving", link_out: "sending", memory: "reading and writing memory"}[b.resource] || b.resource;
   return `bound by ${b.node}: site ${b.site} ${what} (${secs(b.seconds)})`;
 }
 
