@@ -36,7 +36,10 @@
 //! and writes: a join's call its two operand blocks and its output block, a
 //! fold step of an aggregation its two operands and its result (three blocks
 //! of the input's size), a concat aggregation a read and a write of every
-//! piece it joins, a map's call its input block and every block it makes. The
+//! piece it joins, a map's call its input block and every block it makes; a
+//! `matAdd` aggregation of the products of a matrix-product join is charged
+//! no bytes for its folds, as the runtimes run it fused (each output block
+//! accumulated by GEMM in place), which also hides its flops' traffic. The
 //! time model ([`crate::time`]) prices a site's local work by the slower of
 //! its flops and these bytes (a roofline): a GEMM of 256² blocks does ~44
 //! flops per byte and is bound by its flops, an element-wise kernel does
@@ -102,6 +105,9 @@ pub type OpLoads = Vec<SiteLoad>;
 pub(crate) struct Evaluated {
     pub(crate) layout: Arc<Layout>,
     pub(crate) loads: Arc<OpLoads>,
+    /// Whether its blocks are the products of a matrix-product join (a
+    /// `matAdd` aggregation of them runs fused into the GEMMs).
+    pub(crate) products: bool,
 }
 
 /// Why per-site loads could not be found (a plan that does not check, or a
@@ -144,7 +150,7 @@ impl LoadCache {
             if !self.done.contains_key(&key) {
                 let layout = self.input_layout(name, &decl.placement, &typed.types[name])?;
                 let zero = Arc::new(vec![SiteLoad::default(); self.sites]);
-                self.done.insert(key, Arc::new(Evaluated { layout: Arc::new(layout), loads: zero }));
+                self.done.insert(key, Arc::new(Evaluated { layout: Arc::new(layout), loads: zero, products: false }));
             }
         }
         for name in &typed.order {
@@ -301,13 +307,13 @@ impl LoadCache {
                 let concat = concat_params(kernel).is_some();
                 // A fold step reads two blocks and writes one; a concat reads
                 // and writes every piece once (charged per piece below).
+                // A sum of products folds inside the GEMMs that make them
+                // (the runtimes fuse it): no blocks of its own to move.
+                let fold_floats = if args[0].products && is_mat_add(kernel) { 0 } else { 3u64.saturating_mul(floats) };
                 let per = if concat {
                     (0, 0)
                 } else {
-                    (
-                        aggregate_flops(ty(input), kernel),
-                        3u64.saturating_mul(floats).saturating_mul(self.bytes_per_float),
-                    )
+                    (aggregate_flops(ty(input), kernel), fold_floats.saturating_mul(self.bytes_per_float))
                 };
                 let copy = if concat { 2u64.saturating_mul(floats).saturating_mul(self.bytes_per_float) } else { 0 };
                 // The work of folding `n` members on one site.
@@ -393,7 +399,7 @@ impl LoadCache {
                 out
             }
         };
-        Ok(Evaluated { layout: Arc::new(layout), loads: Arc::new(loads) })
+        Ok(Evaluated { layout: Arc::new(layout), loads: Arc::new(loads), products: makes_products(op) })
     }
 
     /// Memory bytes of one call of `kernel` on blocks of these shapes: its
@@ -426,6 +432,18 @@ fn hash_debug(h: &mut DefaultHasher, value: &impl std::fmt::Debug) {
     }
     let _ = std::fmt::Write::write_fmt(&mut Feed(h), format_args!("{value:?}"));
     h.write_u8(0xff);
+}
+
+/// Whether an operator is a local join with a matrix-product kernel (whose
+/// `matAdd` aggregation the runtimes run fused: each output block
+/// accumulated by GEMM, the products never materialised).
+pub fn makes_products(op: &IaOp) -> bool {
+    matches!(op, IaOp::LocalJoin { kernel: KernelRef::Named { name, args }, .. }
+        if args.is_empty() && matches!(name.as_str(), "matMul" | "matMulTN" | "matMulNT" | "matMulTT"))
+}
+
+fn is_mat_add(k: &KernelRef) -> bool {
+    matches!(k, KernelRef::Named { name, args } if name == "matAdd" && args.is_empty())
 }
 
 /// Flops of one fold step of an aggregation kernel (a concat is a copy).
@@ -506,5 +524,32 @@ mod tests {
             per_site[crate::placement::site_of(&[k], &[0], 3)] += 16; // 2·2³ flops per matMul
         }
         assert_eq!(l["J"].iter().map(|x| x.flops).collect::<Vec<_>>(), per_site.to_vec());
+    }
+
+    #[test]
+    fn kernel_calls_are_charged_their_blocks_and_a_sum_of_products_none() {
+        // 4 products of 2×2 blocks on one site (k in 0..4), summed into one.
+        let plan = |join: &str| {
+            format!(
+                r#"{{"inputs": {{"X": {{"key_bounds": [1, 4], "array_bounds": [2, 2], "placement": {{"hash": []}}}},
+                                "Y": {{"key_bounds": [4, 1], "array_bounds": [2, 2], "placement": {{"hash": []}}}}}},
+                    "nodes": {{"J": {{"op": "local_join", "left": "X", "right": "Y", "left_keys": [1], "right_keys": [0],
+                                     "kernel": "{join}"}},
+                              "S": {{"op": "local_aggregate", "input": "J", "group_by": [0, 2], "kernel": "matAdd"}}}},
+                    "outputs": ["S"]}}"#
+            )
+        };
+        let block = 2 * 2 * 4;
+        let site = crate::placement::site_of(&[0], &[], 2);
+        // Each join call reads two blocks and writes one.
+        let l = loads_of(&plan("matMul"), 2);
+        assert_eq!(l["J"][site].memory_bytes, 4 * 3 * block);
+        // The runtimes fold a sum of products inside the GEMMs: no bytes.
+        assert_eq!(l["S"][site].memory_bytes, 0);
+        assert_eq!(l["S"][site].flops, 3 * 4);
+        // A sum of element-wise results folds 3 times, 3 blocks each.
+        let l = loads_of(&plan("matMul").replace("\"matMul\"", "\"matAdd\""), 2);
+        assert_eq!(l["S"][site].memory_bytes, 3 * 3 * block);
+        assert_eq!(l["S"][1 - site], SiteLoad::default());
     }
 }
