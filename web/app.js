@@ -432,7 +432,7 @@ function render() {
 /** What bounds a plan's predicted time, in words. */
 function bottleneckText(b) {
   if (!b) return "no operator: no time";
-  const what = {compute: "computing", link_in: "receiving", link_out: "sending"}[b.resource] || b.resource;
+  const what = {compute: "computing", link_in: "receiving", link_out: "sending", memory: "reading and writing memory"}[b.resource] || b.resource;
   return `bound by ${b.node}: site ${b.site} ${what} (${secs(b.seconds)})`;
 }
 
@@ -452,7 +452,7 @@ function renderSiteLoads(answer, cl) {
     loads.map((l, s) => `<div class="load-row" data-site="${s}" data-flops="${l.flops}" data-bytes-in="${l.bytes_in}" data-bytes-out="${l.bytes_out}">
       <span class="load-site mono">site ${s}</span>
       <div class="load-bars">${bar(l, "bytes_out", "out")}${bar(l, "bytes_in", "in")}${bar(l, "flops", "flops")}</div>
-      <span class="load-figs muted small">${si(l.bytes_out)}B ↑ · ${si(l.bytes_in)}B ↓ · ${si(l.flops)} flops</span></div>`).join("") : "";
+      <span class="load-figs muted small">${si(l.bytes_out)}B ↑ · ${si(l.bytes_in)}B ↓ · ${si(l.flops)} flops · ${si(l.memory_bytes)}B memory</span></div>`).join("") : "";
   const p = {...PROFILE_DEFAULTS, ...(cl.profile || {})};
   $("profileInUse").textContent = `profile${cl.profile ? "" : " (defaults)"}: link ${si(p.link_bytes_per_second)}B/s per site and direction · ${si(p.site_flops_per_second)} flop/s per site · latency ${secs(p.latency_seconds)} per exchange · ${p.bytes_per_float} bytes per float`;
 }

@@ -20,6 +20,11 @@
 //!   known exactly ([`tra_optimizer::loads`]); its rate is those flops over
 //!   the time the site spent in the operator, and the profile takes the
 //!   median site.
+//! - **Memory**: a site-local aggregation with `matAdd` (an element-wise
+//!   kernel, ~one flop per 12 bytes) of `--block`² blocks, 64 MiB of them per
+//!   site in groups of 8 (fewer for blocks over 8 MiB). Each site's bytes read and written by its kernel
+//!   calls are known exactly ([`tra_optimizer::loads`]); its rate is those
+//!   bytes over the site's time in the operator, the median site again.
 //! - **Link**: shuffles of `--block`² blocks (4 and 32 MiB per site) from a
 //!   round-robin layout to a hash layout (all-to-all). For each, the bytes
 //!   that crossed between processes, per process, and the time from the
@@ -42,7 +47,7 @@ use tra_executor::cluster::auth::Secret;
 use tra_executor::cluster::job::{JobReport, JobSpec, LayoutSpec, DEFAULT_PEER_TIMEOUT_S};
 use tra_executor::cluster::supervise::{self, Launcher};
 use tra_optimizer::check::check_plan;
-use tra_optimizer::loads::plan_loads;
+use tra_optimizer::loads::{plan_loads, SiteLoad};
 use tra_optimizer::time::Profile;
 use tra_optimizer::Plan;
 
@@ -83,6 +88,9 @@ pub struct Calibration {
     pub profile: Profile,
     /// Per-site GEMM rates of the best run, flops per second.
     pub site_flops_per_second: Vec<f64>,
+    /// Per-site memory rates of the best run (a `matAdd` aggregation), bytes
+    /// per second.
+    pub memory_bytes_per_second: Vec<f64>,
     /// Seconds the whole calibration took.
     pub seconds: f64,
 }
@@ -186,6 +194,39 @@ impl Runner<'_> {
         })
     }
 
+    /// Run the single-operator plan `p` `reps` times; each site's rate is its
+    /// amount of work in operator `op` (`amount` of its exact per-site load)
+    /// over the time the site spent in it. The rates of the run whose median
+    /// site was fastest (the least disturbed).
+    fn site_rates(
+        &mut self,
+        p: &Plan,
+        op: &str,
+        reps: usize,
+        amount: impl Fn(&SiteLoad) -> u64,
+    ) -> Result<Vec<f64>, String> {
+        let n = self.target.processes();
+        let typed = check_plan(p, n).map_err(|e| format!("internal error: {e}"))?;
+        let loads = plan_loads(p, &typed, n, 4).map_err(|e| e.to_string())?[op].clone();
+        let spec = self.job(p)?;
+        let mut best: Vec<f64> = Vec::new();
+        for _ in 0..reps {
+            let r = self.run(&spec)?;
+            let site_ms: Vec<f64> = serde_json::from_value(node(&r, op)?["site_ms"].clone())
+                .map_err(|e| format!("internal error: timings of `{op}`: {e}"))?;
+            let rates: Vec<f64> = loads
+                .iter()
+                .zip(&site_ms)
+                .filter(|(l, ms)| amount(l) > 0 && **ms > 0.0)
+                .map(|(l, ms)| amount(l) as f64 / (ms / 1000.0))
+                .collect();
+            if median(&rates) > median(&best) {
+                best = rates;
+            }
+        }
+        Ok(best)
+    }
+
     fn run(&self, spec: &JobSpec) -> Result<JobReport, String> {
         let timeout = Duration::from_secs(300);
         match self.target {
@@ -245,25 +286,21 @@ pub fn calibrate(args: &CalibrateArgs) -> Result<Calibration, String> {
                   "C": {"op": "local_join", "left": "A", "right": "Bb", "left_keys": [], "right_keys": [],
                         "kernel": "matMul"}},
         "outputs": ["C"]}))?;
-    let typed = check_plan(&gemm, n).map_err(|e| format!("internal error: {e}"))?;
-    let flops = plan_loads(&gemm, &typed, n, 4).map_err(|e| e.to_string())?["C"].clone();
-    let spec = runner.job(&gemm)?;
-    let mut best_rates: Vec<f64> = Vec::new();
-    for _ in 0..reps {
-        let r = runner.run(&spec)?;
-        let site_ms: Vec<f64> = serde_json::from_value(node(&r, "C")?["site_ms"].clone())
-            .map_err(|e| format!("internal error: GEMM timings: {e}"))?;
-        let rates: Vec<f64> = flops
-            .iter()
-            .zip(&site_ms)
-            .filter(|(l, ms)| l.flops > 0 && **ms > 0.0)
-            .map(|(l, ms)| l.flops as f64 / (ms / 1000.0))
-            .collect();
-        if median(&rates) > median(&best_rates) {
-            best_rates = rates;
-        }
-    }
+    let best_rates = runner.site_rates(&gemm, "C", reps, |l| l.flops)?;
     let site_flops = median(&best_rates);
+
+    // Memory: a matAdd aggregation (element-wise: bound by the bytes its
+    // calls read and write, not by its flops), 64 MiB of blocks per site in
+    // groups of 8 on their own site.
+    let blocks = ((64usize << 20) / (b * b * 4)).max(2);
+    let members = blocks.min(8);
+    let groups = (blocks / members).max(1);
+    let fold = plan(serde_json::json!({
+        "inputs": {"M": {"key_bounds": [groups * n, members], "array_bounds": [b, b], "placement": {"hash": [0]}}},
+        "nodes": {"S": {"op": "local_aggregate", "input": "M", "group_by": [0], "kernel": "matAdd"}},
+        "outputs": ["S"]}))?;
+    let memory_rates = runner.site_rates(&fold, "S", reps, |l| l.memory_bytes)?;
+    let memory = median(&memory_rates);
 
     // Link bandwidth: an all-to-all shuffle of 4 MiB and of 32 MiB of blocks
     // per site. The rate is the slope between the two (extra bytes over
@@ -321,10 +358,16 @@ pub fn calibrate(args: &CalibrateArgs) -> Result<Calibration, String> {
     let profile = Profile {
         link_bytes_per_second: if link > 0.0 { link } else { defaults.link_bytes_per_second },
         site_flops_per_second: if site_flops > 0.0 { site_flops } else { defaults.site_flops_per_second },
+        memory_bytes_per_second: if memory > 0.0 { memory } else { defaults.memory_bytes_per_second },
         latency_seconds: if latency.is_finite() { latency } else { defaults.latency_seconds },
         bytes_per_float: 4,
     };
-    Ok(Calibration { profile, site_flops_per_second: best_rates, seconds: start.elapsed().as_secs_f64() })
+    Ok(Calibration {
+        profile,
+        site_flops_per_second: best_rates,
+        memory_bytes_per_second: memory_rates,
+        seconds: start.elapsed().as_secs_f64(),
+    })
 }
 
 fn median(xs: &[f64]) -> f64 {

@@ -231,7 +231,10 @@ fn run(cli: Cli) -> Result<(), String> {
         Command::Calibrate { args, verbose } => {
             let c = tra_api::calibrate::calibrate(&args)?;
             if verbose {
-                eprintln!("per-site GEMM flops/s: {:?}; calibration took {:.1} s", c.site_flops_per_second, c.seconds);
+                eprintln!(
+                    "per-site GEMM flops/s: {:?}; per-site memory bytes/s: {:?}; calibration took {:.1} s",
+                    c.site_flops_per_second, c.memory_bytes_per_second, c.seconds
+                );
             }
             println!("{}", serde_json::to_string_pretty(&c.profile).expect("JSON"));
             Ok(())

@@ -32,6 +32,19 @@
 //! - `local_map`: one kernel call per input tuple on its site; `local_filter`
 //!   is free.
 //!
+//! Besides flops, every kernel call is charged the **memory bytes** it reads
+//! and writes: a join's call its two operand blocks and its output block, a
+//! fold step of an aggregation its two operands and its result (three blocks
+//! of the input's size), a concat aggregation a read and a write of every
+//! piece it joins, a map's call its input block and every block it makes; a
+//! `matAdd` aggregation of the products of a matrix-product join is charged
+//! no bytes for its folds, as the runtimes run it fused (each output block
+//! accumulated by GEMM in place), which also hides its flops' traffic. The
+//! time model ([`crate::time`]) prices a site's local work by the slower of
+//! its flops and these bytes (a roofline): a GEMM of 256² blocks does ~44
+//! flops per byte and is bound by its flops, an element-wise kernel does
+//! under one flop per 8 bytes and is bound by memory.
+//!
 //! These differ from the network model's "floats moved" in two ways the
 //! network model makes on purpose (it is the paper's `Size(R)`): a tuple that
 //! a shuffle keeps on its own site, and a broadcast's copy to its own site,
@@ -71,6 +84,8 @@ pub struct SiteLoad {
     pub bytes_in: u64,
     /// Floating-point operations this site computes.
     pub flops: u64,
+    /// Bytes of blocks this site's kernel calls read and write in memory.
+    pub memory_bytes: u64,
 }
 
 impl std::ops::AddAssign for SiteLoad {
@@ -78,6 +93,7 @@ impl std::ops::AddAssign for SiteLoad {
         self.bytes_out = self.bytes_out.saturating_add(o.bytes_out);
         self.bytes_in = self.bytes_in.saturating_add(o.bytes_in);
         self.flops = self.flops.saturating_add(o.flops);
+        self.memory_bytes = self.memory_bytes.saturating_add(o.memory_bytes);
     }
 }
 
@@ -89,6 +105,9 @@ pub type OpLoads = Vec<SiteLoad>;
 pub(crate) struct Evaluated {
     pub(crate) layout: Arc<Layout>,
     pub(crate) loads: Arc<OpLoads>,
+    /// Whether its blocks are the products of a matrix-product join (a
+    /// `matAdd` aggregation of them runs fused into the GEMMs).
+    pub(crate) products: bool,
 }
 
 /// Why per-site loads could not be found (a plan that does not check, or a
@@ -131,7 +150,7 @@ impl LoadCache {
             if !self.done.contains_key(&key) {
                 let layout = self.input_layout(name, &decl.placement, &typed.types[name])?;
                 let zero = Arc::new(vec![SiteLoad::default(); self.sites]);
-                self.done.insert(key, Arc::new(Evaluated { layout: Arc::new(layout), loads: zero }));
+                self.done.insert(key, Arc::new(Evaluated { layout: Arc::new(layout), loads: zero, products: false }));
             }
         }
         for name in &typed.order {
@@ -193,12 +212,17 @@ impl LoadCache {
         let s = self.sites;
         let err = |message: String| LoadError { node: node.to_string(), message };
         let mut loads = vec![SiteLoad::default(); s];
-        let flops_at = |loads: &mut Vec<SiteLoad>, site: u32, f: u64| {
+        // `calls` kernel calls of `f` flops and `m` memory bytes each.
+        let work_at = |loads: &mut Vec<SiteLoad>, site: u32, calls: u64, (f, m): (u64, u64)| {
+            let w = SiteLoad {
+                flops: calls.saturating_mul(f),
+                memory_bytes: calls.saturating_mul(m),
+                ..SiteLoad::default()
+            };
             if site == EVERYWHERE {
-                loads.iter_mut().for_each(|l| l.flops = l.flops.saturating_add(f));
+                loads.iter_mut().for_each(|l| *l += w);
             } else {
-                let l = &mut loads[site as usize];
-                l.flops = l.flops.saturating_add(f);
+                loads[site as usize] += w;
             }
         };
         let layout: Layout = match op {
@@ -243,7 +267,8 @@ impl LoadCache {
                 out
             }
             IaOp::LocalJoin { left, right, left_keys, right_keys, kernel } => {
-                let per = kernel.flops(&[&ty(left).rel.array_bounds, &ty(right).rel.array_bounds]);
+                let (lb, rb) = (&ty(left).rel.array_bounds, &ty(right).rel.array_bounds);
+                let per = (kernel.flops(&[lb, rb]), self.call_bytes(kernel, &[lb, rb]));
                 let project =
                     |k: &Key, dims: &[usize]| -> Option<Key> { dims.iter().map(|&d| k.get(d).copied()).collect() };
                 let mut index: FxHashMap<Key, Vec<(&Key, u32)>> =
@@ -264,7 +289,7 @@ impl LoadCache {
                             (a, EVERYWHERE) => a,
                             _ => continue,
                         };
-                        flops_at(&mut loads, site, per);
+                        work_at(&mut loads, site, 1, per);
                         if want_layout {
                             // One allocation per output key: the left key, then the
                             // right key's dims that are not joined on.
@@ -278,7 +303,27 @@ impl LoadCache {
                 out
             }
             IaOp::LocalAggregate { input, group_by, kernel } => {
-                let per = aggregate_flops(ty(input), kernel);
+                let floats = ty(input).rel.block_floats();
+                let concat = concat_params(kernel).is_some();
+                // A fold step reads two blocks and writes one; a concat reads
+                // and writes every piece once (charged per piece below).
+                // A sum of products folds inside the GEMMs that make them
+                // (the runtimes fuse it): no blocks of its own to move.
+                let fold_floats = if args[0].products && is_mat_add(kernel) { 0 } else { 3u64.saturating_mul(floats) };
+                let per = if concat {
+                    (0, 0)
+                } else {
+                    (aggregate_flops(ty(input), kernel), fold_floats.saturating_mul(self.bytes_per_float))
+                };
+                let copy = if concat { 2u64.saturating_mul(floats).saturating_mul(self.bytes_per_float) } else { 0 };
+                // The work of folding `n` members on one site.
+                let fold = |n: u64| -> (u64, (u64, u64)) {
+                    if concat {
+                        (n, (0, copy))
+                    } else {
+                        (n.saturating_sub(1), per)
+                    }
+                };
                 let mut groups: FxHashMap<Key, Vec<u32>> = FxHashMap::default();
                 for (k, site) in args[0].layout.iter() {
                     let g: Option<Key> = group_by.iter().map(|&d| k.get(d).copied()).collect();
@@ -289,7 +334,8 @@ impl LoadCache {
                 for (g, members) in groups {
                     let everywhere = members.iter().filter(|&&m| m == EVERYWHERE).count() as u64;
                     if everywhere == members.len() as u64 {
-                        flops_at(&mut loads, EVERYWHERE, (everywhere - 1).saturating_mul(per));
+                        let (calls, w) = fold(everywhere);
+                        work_at(&mut loads, EVERYWHERE, calls, w);
                         out.push((g, EVERYWHERE));
                         continue;
                     }
@@ -302,7 +348,8 @@ impl LoadCache {
                     }
                     if everywhere == 0 {
                         for (site, n) in at {
-                            flops_at(&mut loads, site, (n - 1).saturating_mul(per));
+                            let (calls, w) = fold(n);
+                            work_at(&mut loads, site, calls, w);
                             if want_layout {
                                 out.push((g.clone(), site));
                             }
@@ -313,7 +360,8 @@ impl LoadCache {
                     // with its own.
                     for site in 0..s as u32 {
                         let n = at.iter().find(|(x, _)| *x == site).map_or(0, |(_, n)| *n) + everywhere;
-                        flops_at(&mut loads, site, (n - 1).saturating_mul(per));
+                        let (calls, w) = fold(n);
+                        work_at(&mut loads, site, calls, w);
                         if want_layout {
                             out.push((g.clone(), site));
                         }
@@ -331,10 +379,11 @@ impl LoadCache {
                 out
             }
             IaOp::LocalMap { input, key, kernel } => {
-                let per = kernel.as_ref().map(|k| k.flops(&[&ty(input).rel.array_bounds])).unwrap_or(0);
+                let ib = &ty(input).rel.array_bounds;
+                let per = kernel.as_ref().map_or((0, 0), |k| (k.flops(&[ib]), self.call_bytes(k, &[ib])));
                 let mut out = Vec::new();
                 for (k, site) in args[0].layout.iter() {
-                    flops_at(&mut loads, *site, per);
+                    work_at(&mut loads, *site, 1, per);
                     if !want_layout {
                         continue;
                     }
@@ -350,7 +399,19 @@ impl LoadCache {
                 out
             }
         };
-        Ok(Evaluated { layout: Arc::new(layout), loads: Arc::new(loads) })
+        Ok(Evaluated { layout: Arc::new(layout), loads: Arc::new(loads), products: makes_products(op) })
+    }
+
+    /// Memory bytes of one call of `kernel` on blocks of these shapes: its
+    /// operands read and the blocks it makes written.
+    fn call_bytes(&self, kernel: &KernelRef, operands: &[&[usize]]) -> u64 {
+        let floats = |shape: &[usize]| shape.iter().fold(1u64, |a, &d| a.saturating_mul(d as u64));
+        let made = match (kernel.output_shape(operands), kernel.outputs_per_call(operands)) {
+            (Ok(shape), Ok(n)) => floats(&shape).saturating_mul(n as u64),
+            _ => 0,
+        };
+        let read = operands.iter().fold(0u64, |a, s| a.saturating_add(floats(s)));
+        read.saturating_add(made).saturating_mul(self.bytes_per_float)
     }
 
     fn tuple_bytes(&self, t: &PhysType) -> u64 {
@@ -371,6 +432,18 @@ fn hash_debug(h: &mut DefaultHasher, value: &impl std::fmt::Debug) {
     }
     let _ = std::fmt::Write::write_fmt(&mut Feed(h), format_args!("{value:?}"));
     h.write_u8(0xff);
+}
+
+/// Whether an operator is a local join with a matrix-product kernel (whose
+/// `matAdd` aggregation the runtimes run fused: each output block
+/// accumulated by GEMM, the products never materialised).
+pub fn makes_products(op: &IaOp) -> bool {
+    matches!(op, IaOp::LocalJoin { kernel: KernelRef::Named { name, args }, .. }
+        if args.is_empty() && matches!(name.as_str(), "matMul" | "matMulTN" | "matMulNT" | "matMulTT"))
+}
+
+fn is_mat_add(k: &KernelRef) -> bool {
+    matches!(k, KernelRef::Named { name, args } if name == "matAdd" && args.is_empty())
 }
 
 /// Flops of one fold step of an aggregation kernel (a concat is a copy).
@@ -451,5 +524,32 @@ mod tests {
             per_site[crate::placement::site_of(&[k], &[0], 3)] += 16; // 2·2³ flops per matMul
         }
         assert_eq!(l["J"].iter().map(|x| x.flops).collect::<Vec<_>>(), per_site.to_vec());
+    }
+
+    #[test]
+    fn kernel_calls_are_charged_their_blocks_and_a_sum_of_products_none() {
+        // 4 products of 2×2 blocks on one site (k in 0..4), summed into one.
+        let plan = |join: &str| {
+            format!(
+                r#"{{"inputs": {{"X": {{"key_bounds": [1, 4], "array_bounds": [2, 2], "placement": {{"hash": []}}}},
+                                "Y": {{"key_bounds": [4, 1], "array_bounds": [2, 2], "placement": {{"hash": []}}}}}},
+                    "nodes": {{"J": {{"op": "local_join", "left": "X", "right": "Y", "left_keys": [1], "right_keys": [0],
+                                     "kernel": "{join}"}},
+                              "S": {{"op": "local_aggregate", "input": "J", "group_by": [0, 2], "kernel": "matAdd"}}}},
+                    "outputs": ["S"]}}"#
+            )
+        };
+        let block = 2 * 2 * 4;
+        let site = crate::placement::site_of(&[0], &[], 2);
+        // Each join call reads two blocks and writes one.
+        let l = loads_of(&plan("matMul"), 2);
+        assert_eq!(l["J"][site].memory_bytes, 4 * 3 * block);
+        // The runtimes fold a sum of products inside the GEMMs: no bytes.
+        assert_eq!(l["S"][site].memory_bytes, 0);
+        assert_eq!(l["S"][site].flops, 3 * 4);
+        // A sum of element-wise results folds 3 times, 3 blocks each.
+        let l = loads_of(&plan("matMul").replace("\"matMul\"", "\"matAdd\""), 2);
+        assert_eq!(l["S"][site].memory_bytes, 3 * 3 * block);
+        assert_eq!(l["S"][1 - site], SiteLoad::default());
     }
 }

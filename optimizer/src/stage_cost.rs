@@ -17,7 +17,7 @@ use crate::cost::{node_cost, Cost, Weights};
 use crate::egraph::nodes::{ia_op, leaf};
 use crate::egraph::{Ia, TraEGraph};
 use crate::extract::NodeCosts;
-use crate::loads::{Evaluated, Layout, LoadCache, OpLoads};
+use crate::loads::{makes_products, Evaluated, Layout, LoadCache, OpLoads};
 use crate::program::IaOp;
 use crate::time::{stage_seconds, Profile};
 use crate::types::PhysType;
@@ -40,6 +40,14 @@ struct Layouts<'a> {
 impl<'a> Layouts<'a> {
     fn phys(&self, id: Id) -> Option<&'a PhysType> {
         self.eg[id].data.phys()
+    }
+
+    /// Whether a class's blocks are the products of a matrix-product join.
+    fn products(&self, class: Id) -> bool {
+        self.eg[class].nodes.iter().any(|n| {
+            matches!(n, Ia::LJoin(_))
+                && ia_op(n, |id| leaf(self.eg, id), &["a", "b"]).is_ok_and(|op: IaOp| makes_products(&op))
+        })
     }
 
     /// The physical sources (`erase(P)`) of an L class whose layout is known.
@@ -65,7 +73,7 @@ impl<'a> Layouts<'a> {
         for (name, a) in names.iter().zip(args) {
             types.insert(name.to_string(), self.phys(*a)?.clone());
             let layout = self.of.get(a)?.clone();
-            evaluated.push(Arc::new(Evaluated { layout, loads: Arc::new(Vec::new()) }));
+            evaluated.push(Arc::new(Evaluated { layout, loads: Arc::new(Vec::new()), products: self.products(*a) }));
         }
         self.cache.eval_op("(e-graph)", &op, &evaluated, &types, want_layout).ok()
     }

@@ -13,7 +13,16 @@
 //!   max(bytes_out / link, bytes_in / link)`: each site's link carries its
 //!   own traffic in each direction at the profile's bytes per second, and the
 //!   slowest site finishes last;
-//! - a local operator takes `max over sites of flops / site_flops_per_second`.
+//! - a local operator takes `max over sites of max(flops /
+//!   site_flops_per_second, memory_bytes / memory_bytes_per_second)`: a
+//!   roofline per site. A kernel call reads its operand blocks and writes its
+//!   result ([`crate::loads`] counts the bytes), and a site cannot finish
+//!   before its processors have done the flops nor before its memory has
+//!   carried the bytes. A matrix product of 256² blocks does ~44 flops per
+//!   byte and is bound by flops; an element-wise kernel (a `matAdd` fold
+//!   step, a `relu`, the sum in `diag(X+Y)`) does under one flop per 8 bytes
+//!   and is bound by memory — pricing it by flops alone under-predicts it
+//!   tens of times.
 //!
 //! No overlap of a shuffle with its consumer's compute is modelled: neither
 //! runtime pipelines them (an exchange completes before the next operator
@@ -60,6 +69,13 @@ pub struct Profile {
     /// Floating-point operations per second of each site.
     #[serde(default = "default_flops")]
     pub site_flops_per_second: f64,
+    /// Bytes per second that one site's kernel calls read and write in
+    /// memory (`tra calibrate`: a `matAdd` aggregation of blocks, an
+    /// element-wise kernel, over the bytes it reads and writes). Optional:
+    /// profiles without it get the default, 1e10 (10 GB/s, one core's
+    /// streaming rate on current servers).
+    #[serde(default = "default_memory")]
+    pub memory_bytes_per_second: f64,
     /// Fixed time of one exchange (shuffle or broadcast), in seconds (`tra
     /// calibrate`: the intercept of an exchange's time against its bytes).
     #[serde(default = "default_latency")]
@@ -75,6 +91,9 @@ fn default_link() -> f64 {
 fn default_flops() -> f64 {
     1.0e11
 }
+fn default_memory() -> f64 {
+    1.0e10
+}
 fn default_latency() -> f64 {
     1e-4
 }
@@ -87,6 +106,7 @@ impl Default for Profile {
         Profile {
             link_bytes_per_second: default_link(),
             site_flops_per_second: default_flops(),
+            memory_bytes_per_second: default_memory(),
             latency_seconds: default_latency(),
             bytes_per_float: default_bytes_per_float(),
         }
@@ -105,6 +125,7 @@ impl Profile {
         };
         positive("link_bytes_per_second", self.link_bytes_per_second)?;
         positive("site_flops_per_second", self.site_flops_per_second)?;
+        positive("memory_bytes_per_second", self.memory_bytes_per_second)?;
         if !(self.latency_seconds.is_finite() && self.latency_seconds >= 0.0) {
             return Err((
                 "latency_seconds",
@@ -125,8 +146,10 @@ impl Profile {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Resource {
-    /// Its processors.
+    /// Its processors (the flops of its kernel calls).
     Compute,
+    /// Its memory (the bytes its kernel calls read and write).
+    Memory,
     /// Its incoming link.
     LinkIn,
     /// Its outgoing link.
@@ -156,7 +179,10 @@ pub fn stage_seconds(exchange: bool, loads: &[SiteLoad], p: &Profile) -> (f64, u
                 (l.bytes_in as f64 / p.link_bytes_per_second, Resource::LinkIn),
             ]
         } else {
-            [(l.flops as f64 / p.site_flops_per_second, Resource::Compute); 2]
+            [
+                (l.flops as f64 / p.site_flops_per_second, Resource::Compute),
+                (l.memory_bytes as f64 / p.memory_bytes_per_second, Resource::Memory),
+            ]
         };
         for (t, r) in candidates {
             if t > best.0 {
@@ -195,7 +221,37 @@ mod tests {
     use super::*;
 
     fn load(bytes_out: u64, bytes_in: u64, flops: u64) -> SiteLoad {
-        SiteLoad { bytes_out, bytes_in, flops }
+        SiteLoad { bytes_out, bytes_in, flops, memory_bytes: 0 }
+    }
+
+    fn local(flops: u64, memory_bytes: u64) -> SiteLoad {
+        SiteLoad { flops, memory_bytes, ..SiteLoad::default() }
+    }
+
+    #[test]
+    fn a_local_stage_is_priced_by_the_slower_of_its_flops_and_its_memory_bytes() {
+        let p = Profile { site_flops_per_second: 10.0, memory_bytes_per_second: 100.0, ..Profile::default() };
+        // Compute-bound: 40 flops (4 s) over 100 bytes (1 s).
+        assert_eq!(stage_seconds(false, &[local(40, 100)], &p), (4.0, 0, Resource::Compute));
+        // Memory-bound: 10 flops (1 s) over 600 bytes (6 s).
+        assert_eq!(stage_seconds(false, &[local(10, 600)], &p), (6.0, 0, Resource::Memory));
+        // Per site, then the busiest: site 0 is compute-bound at 3 s, site 1
+        // memory-bound at 5 s; the stage takes 5 s, not 3 + 5 nor 8 s of flops.
+        assert_eq!(stage_seconds(false, &[local(30, 200), local(10, 500)], &p), (5.0, 1, Resource::Memory));
+        // Memory bytes never price an exchange, and link bytes never a local stage.
+        let q = Profile { latency_seconds: 0.0, link_bytes_per_second: 100.0, ..p };
+        assert_eq!(stage_seconds(true, &[SiteLoad { memory_bytes: 1000, ..load(100, 0, 0) }], &q).0, 1.0);
+        assert_eq!(stage_seconds(false, &[load(1000, 1000, 0)], &q).0, 0.0);
+    }
+
+    #[test]
+    fn a_profile_without_a_memory_rate_gets_the_documented_default() {
+        let p: Profile = serde_json::from_str(
+            r#"{"link_bytes_per_second": 1e8, "site_flops_per_second": 3e10, "latency_seconds": 0.005}"#,
+        )
+        .unwrap();
+        assert_eq!(p.memory_bytes_per_second, 1.0e10);
+        assert_eq!(p.site_flops_per_second, 3e10);
     }
 
     #[test]
@@ -203,6 +259,7 @@ mod tests {
         let p = Profile {
             link_bytes_per_second: 100.0,
             site_flops_per_second: 10.0,
+            memory_bytes_per_second: 1.0,
             latency_seconds: 0.5,
             bytes_per_float: 4,
         };
@@ -219,6 +276,7 @@ mod tests {
         let p = Profile {
             link_bytes_per_second: 100.0,
             site_flops_per_second: 10.0,
+            memory_bytes_per_second: 1.0,
             latency_seconds: 0.0,
             bytes_per_float: 4,
         };
@@ -239,6 +297,8 @@ mod tests {
         assert_eq!(bad.check().unwrap_err().0, "link_bytes_per_second");
         let bad = Profile { latency_seconds: f64::NAN, ..Profile::default() };
         assert_eq!(bad.check().unwrap_err().0, "latency_seconds");
+        let bad = Profile { memory_bytes_per_second: -1.0, ..Profile::default() };
+        assert_eq!(bad.check().unwrap_err().0, "memory_bytes_per_second");
         let bad = Profile { bytes_per_float: 0, ..Profile::default() };
         assert_eq!(bad.check().unwrap_err().0, "bytes_per_float");
     }

@@ -2,12 +2,14 @@
 //! interpreter does: random programs and composite ones are optimized under
 //! the time model, and every alternative plan runs on the reference
 //! interpreter; the bytes each site sends and receives in every exchange, and
-//! the kernel flops each site computes in every local operator, counted from
-//! the sites and block shapes of the tuples the run actually held, equal the
-//! optimizer's prediction exactly.
+//! the kernel flops each site computes and the block bytes its kernel calls
+//! read and write in every local operator, counted from the sites and block
+//! shapes of the tuples the run actually held, equal the optimizer's
+//! prediction exactly.
 //!
 //! `TRA_LOADS_CASES` sets the number of random programs (default 80).
 
+use indexmap::IndexMap;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::collections::BTreeMap;
@@ -16,7 +18,7 @@ use tra_optimizer::check::check_plan;
 use tra_optimizer::loads::{plan_loads, SiteLoad};
 use tra_optimizer::optimize::{optimize, Limits};
 use tra_optimizer::time::CostModel;
-use tra_optimizer::{Cluster, IaOp, Plan, Program};
+use tra_optimizer::{Cluster, IaOp, KernelRef, Plan, Program};
 use tra_tests::gen::{composite_program, random_program, GenOptions};
 
 const BYTES_PER_FLOAT: u64 = 4;
@@ -87,8 +89,13 @@ fn measured(plan: &Plan, run: &IaRun, sites: usize) -> BTreeMap<String, Vec<Site
                 let r = run.values[right].tuples.first().map(|t| t.block.shape().to_vec());
                 if let (Some(l), Some(r)) = (l, r) {
                     let per = kernel.flops(&[&l, &r]);
-                    for (_, s, _, _) in tuples(value) {
-                        on(&mut loads, s, |x| x.flops += per);
+                    let read = (l.iter().product::<usize>() + r.iter().product::<usize>()) as u64;
+                    // One call per output tuple: both operands read, its block written.
+                    for (_, s, n, _) in tuples(value) {
+                        on(&mut loads, s, |x| {
+                            x.flops += per;
+                            x.memory_bytes += (read + n) * BYTES_PER_FLOAT;
+                        });
                     }
                 }
             }
@@ -97,6 +104,11 @@ fn measured(plan: &Plan, run: &IaRun, sites: usize) -> BTreeMap<String, Vec<Site
                 let Some(shape) = x.tuples.first().map(|t| t.block.shape().to_vec()) else { continue };
                 let concat = tra_optimizer::types::concat_params(kernel).is_some();
                 let per = if concat { 0 } else { kernel.flops(&[&shape, &shape]) };
+                let floats = shape.iter().product::<usize>() as u64;
+                let sum = matches!(kernel, KernelRef::Named { name, args } if name == "matAdd" && args.is_empty());
+                let products = matches!(plan.nodes.get(input), Some(IaOp::LocalJoin { kernel: KernelRef::Named { name, .. }, .. })
+                    if name.starts_with("matMul"));
+                let fused = sum && products;
                 // Each output tuple folded the input tuples of its group on its site.
                 for (g, s, _, _) in tuples(value) {
                     let n = tuples(x)
@@ -105,13 +117,34 @@ fn measured(plan: &Plan, run: &IaRun, sites: usize) -> BTreeMap<String, Vec<Site
                                 && (*ks == s || *ks == Site::Everywhere)
                         })
                         .count() as u64;
-                    on(&mut loads, s, |l| l.flops += (n - 1) * per);
+                    // A fold step reads two blocks and writes one; a concat
+                    // reads and writes every piece; a sum of matrix products
+                    // runs inside their GEMMs (the runtimes fuse it).
+                    let bytes = if concat {
+                        2 * n * floats
+                    } else if fused {
+                        0
+                    } else {
+                        3 * (n - 1) * floats
+                    } * BYTES_PER_FLOAT;
+                    on(&mut loads, s, |l| {
+                        l.flops += (n - 1) * per;
+                        l.memory_bytes += bytes;
+                    });
                 }
             }
             IaOp::LocalMap { input, kernel: Some(k), .. } => {
-                for (_, s, _, shape) in tuples(&run.values[input]) {
+                // One call per input tuple: its block read, the blocks the
+                // kernel makes written once (a key map that gives a block
+                // several keys shares it).
+                for (_, s, n, shape) in tuples(&run.values[input]) {
                     let per = k.flops(&[shape]);
-                    on(&mut loads, s, |l| l.flops += per);
+                    let made = k.output_shape(&[shape]).unwrap().iter().product::<usize>() as u64
+                        * k.outputs_per_call(&[shape]).unwrap() as u64;
+                    on(&mut loads, s, |l| {
+                        l.flops += per;
+                        l.memory_bytes += (n + made) * BYTES_PER_FLOAT;
+                    });
                 }
             }
             IaOp::LocalMap { kernel: None, .. } | IaOp::LocalFilter { .. } => {}
@@ -185,4 +218,143 @@ fn the_comparison_sees_a_wrong_prediction() {
     let typed = check_plan(plan, 2).unwrap();
     let wrong = plan_loads(plan, &typed, 2, BYTES_PER_FLOAT).unwrap();
     assert!(got.iter().any(|(n, l)| wrong[n].as_slice() != l.as_slice()));
+}
+
+/// Extraction's stage costs ([`tra_optimizer::stage_cost`]) and the exact
+/// scorer price a plan by the same formula: for every join strategy, under a
+/// profile where memory binds the element-wise stages and flops the products,
+/// each local join and map of the extracted plan costs extraction exactly the
+/// stage seconds the scorer gives it, no aggregation costs more, and the
+/// plan's summed stage costs never
+/// exceed the scorer's total (an exchange is charged its cheapest physical
+/// source, a lower bound).
+#[test]
+fn stage_costs_and_the_exact_scorer_agree() {
+    use egg::Runner;
+    use tra_optimizer::egraph::{add_program, Ia, TraAnalysis, TraEGraph};
+    use tra_optimizer::extract::choose_among;
+    use tra_optimizer::optimize::{join_strategy, JoinStrategy, Scorer};
+    use tra_optimizer::stage_cost::stage_costs;
+    use tra_optimizer::time::{Profile, Resource};
+
+    let profile = Profile {
+        link_bytes_per_second: 1e8,
+        site_flops_per_second: 3e10,
+        memory_bytes_per_second: 2e9,
+        latency_seconds: 0.005,
+        bytes_per_float: 4,
+    };
+    let programs = [
+        // Thin matmul: partial sums of products are aggregated (memory-bound folds).
+        (
+            r#"{"inputs": {"X": {"key_bounds": [16, 4], "array_bounds": [64, 64]},
+                           "Y": {"key_bounds": [4, 1], "array_bounds": [64, 64]}},
+                "nodes": {"XY": {"op": "join", "left": "X", "right": "Y", "left_keys": [1], "right_keys": [0], "kernel": "matMul"},
+                          "Z": {"op": "aggregate", "input": "XY", "group_by": [0, 2], "kernel": "matAdd"}},
+                "outputs": ["Z"], "cluster": {"sites": 3}}"#,
+            true,
+        ),
+        // diag(X+Y): an element-wise join only.
+        (
+            r#"{"inputs": {"X": {"key_bounds": [6, 6], "array_bounds": [32, 32]},
+                           "Y": {"key_bounds": [6, 6], "array_bounds": [32, 32], "placement": {"hash": [1]}}},
+                "nodes": {"S": {"op": "join", "left": "X", "right": "Y", "left_keys": [0, 1], "right_keys": [0, 1], "kernel": "matAdd"},
+                          "D": {"op": "filter", "input": "S", "predicate": "k0 == k1"}},
+                "outputs": ["D"], "cluster": {"sites": 4}}"#,
+            false,
+        ),
+    ];
+    for (text, products) in programs {
+        let p = Program::from_json(text).unwrap();
+        let typed = tra_optimizer::check::check_program(&p).unwrap();
+        let sites = p.cluster().sites;
+        let mut eg = TraEGraph::new(TraAnalysis::new(sites, p.inputs.clone()));
+        let roots = add_program(&mut eg, &p, &typed.order);
+        let rules = tra_rules::all();
+        let lowering: Vec<_> = rules.iter().filter(|r| r.lowering()).flat_map(|r| r.rewrites.iter()).collect();
+        let rest: Vec<_> = rules.iter().filter(|r| !r.ordering()).flat_map(|r| r.rewrites.iter()).collect();
+        let analysis = || TraAnalysis::new(sites, IndexMap::new());
+        let eg = Runner::<Ia, TraAnalysis, ()>::new(analysis()).with_egraph(eg).run(lowering.iter().copied()).egraph;
+        let eg = Runner::<Ia, TraAnalysis, ()>::new(analysis())
+            .with_egraph(eg)
+            .with_node_limit(20_000)
+            .run(rest.iter().copied())
+            .egraph;
+        let roots: IndexMap<String, egg::Id> = roots.into_iter().map(|(n, id)| (n, eg.find(id))).collect();
+        let costs = stage_costs(&eg, &profile).unwrap();
+        let mut memory_bound = 0;
+        let mut compute_bound = 0;
+        let mut exact = 0;
+        let strategies = [
+            None,
+            Some(JoinStrategy::BroadcastLeft),
+            Some(JoinStrategy::BroadcastRight),
+            Some(JoinStrategy::CoPartitioned),
+            Some(JoinStrategy::Replicated),
+        ];
+        for only in strategies {
+            let allow = |eg: &TraEGraph, _: egg::Id, n: &Ia| match (only, join_strategy(eg, n)) {
+                (Some(want), Some(s)) => s == want || s == JoinStrategy::BroadcastBoth,
+                _ => true,
+            };
+            let choice = choose_among(&eg, &costs, &allow);
+            let Ok(extracted) = choice.plan(&eg, &roots) else { continue };
+            let plan = extracted.to_plan(&p.inputs);
+            let extracted_seconds: f64 = roots.values().map(|r| choice.cost_of(*r).unwrap().total).sum();
+            let (scored, _, _) = Scorer::new(sites, profile).score(&plan).unwrap();
+            assert!(
+                extracted_seconds <= scored * (1.0 + 1e-9),
+                "{only:?}: stage costs sum to {extracted_seconds} s, over the scorer's {scored} s\n{}",
+                plan.to_sexpr()
+            );
+            // Extraction's own cost of each local operator: its class's cost
+            // less its operands' (these plans are trees).
+            let class_cost = |i: egg::Id| choice.cost_of(extracted.classes[usize::from(i)]).map_or(0.0, |c| c.total);
+            // Joins and maps apart from aggregations: (extracted, scored).
+            let mut local: [(Vec<f64>, Vec<f64>); 2] = Default::default();
+            for (i, node) in extracted.expr.as_ref().iter().enumerate() {
+                if matches!(node, Ia::LJoin(_) | Ia::LAgg(_) | Ia::LMap(_)) {
+                    let operands: f64 = egg::Language::children(node).iter().map(|c| class_cost(*c)).sum();
+                    local[matches!(node, Ia::LAgg(_)) as usize].0.push(class_cost(egg::Id::from(i)) - operands);
+                }
+            }
+
+            let typed = check_plan(&plan, sites).unwrap();
+            for (name, loads) in plan_loads(&plan, &typed, sites, profile.bytes_per_float).unwrap() {
+                if matches!(
+                    plan.nodes[&name],
+                    IaOp::LocalJoin { .. } | IaOp::LocalAggregate { .. } | IaOp::LocalMap { .. }
+                ) {
+                    let (t, _, resource) = tra_optimizer::time::stage_seconds(false, &loads, &profile);
+                    local[matches!(plan.nodes[&name], IaOp::LocalAggregate { .. }) as usize].1.push(t);
+                    match resource {
+                        Resource::Memory => memory_bound += 1,
+                        Resource::Compute => compute_bound += 1,
+                        _ => {}
+                    }
+                }
+            }
+            // A join's or a map's stage is a function of the node: equal. An
+            // aggregation whose operand class holds a matrix-product join is
+            // charged as fused into it (the plan may read another member of
+            // that class): at most the scorer's.
+            for (kind, (mut e, mut s)) in local.into_iter().enumerate() {
+                e.sort_by(f64::total_cmp);
+                s.sort_by(f64::total_cmp);
+                assert_eq!(e.len(), s.len(), "{}", plan.to_sexpr());
+                for (e, s) in e.iter().zip(&s) {
+                    let ok = if kind == 0 { (e - s).abs() <= 1e-9 * s.max(1e-9) } else { *e <= s * (1.0 + 1e-9) };
+                    assert!(
+                        ok,
+                        "{only:?}: a local stage costs extraction {e} s, the scorer {s} s\n{}",
+                        plan.to_sexpr()
+                    );
+                }
+                exact += s.len();
+            }
+        }
+        assert!(exact > 0, "{text}: local stages were compared");
+        assert!(memory_bound > 0, "{text}: some stage is memory-bound");
+        assert_eq!(compute_bound > 0, products, "{text}: the products (and only they) are compute-bound");
+    }
 }

@@ -147,6 +147,8 @@ pub fn document(config: &ServerConfig) -> Value {
                 "link_bytes_per_second": {"type": "number", "default": 1.25e9,
                     "description": "Bytes per second of each site's own link, each direction"},
                 "site_flops_per_second": {"type": "number", "default": 1.0e11, "description": "Flops per second of each site"},
+                "memory_bytes_per_second": {"type": "number", "default": 1.0e10,
+                    "description": "Bytes per second that a site's kernel calls read and write in memory (a local operator takes the slower of its flops and these bytes)"},
                 "latency_seconds": {"type": "number", "default": 1e-4, "description": "Fixed time of one exchange (shuffle or broadcast)"},
                 "bytes_per_float": {"type": "integer", "default": 4, "minimum": 1, "maximum": 16, "description": "Bytes of one float on the wire"}
             },
@@ -158,7 +160,7 @@ pub fn document(config: &ServerConfig) -> Value {
             "properties": {
                 "node": {"type": "string", "description": "The plan operator"},
                 "site": {"type": "integer"},
-                "resource": {"type": "string", "enum": ["compute", "link_in", "link_out"]},
+                "resource": {"type": "string", "enum": ["compute", "memory", "link_in", "link_out"]},
                 "seconds": {"type": "number", "description": "That stage's predicted seconds"}
             },
             "required": ["node", "site", "resource", "seconds"]
@@ -169,9 +171,10 @@ pub fn document(config: &ServerConfig) -> Value {
             "properties": {
                 "bytes_out": {"type": "integer", "description": "Bytes it sends over its link"},
                 "bytes_in": {"type": "integer", "description": "Bytes it receives over its link"},
-                "flops": {"type": "integer", "description": "Flops it computes"}
+                "flops": {"type": "integer", "description": "Flops it computes"},
+                "memory_bytes": {"type": "integer", "description": "Bytes of blocks its kernel calls read and write in memory"}
             },
-            "required": ["bytes_out", "bytes_in", "flops"]
+            "required": ["bytes_out", "bytes_in", "flops", "memory_bytes"]
         },
         "Program": {
             "type": "object",
