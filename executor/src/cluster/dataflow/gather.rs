@@ -195,8 +195,10 @@ pub(super) fn finish<T: Elem>(p: &Proc<T>, c: Collected<T>, wall_ms: f64) -> Res
         let exchange = matches!(step.op, IaOp::Shuffle { .. } | IaOp::Broadcast { .. });
         if exchange {
             floats_moved.insert(step.name.clone(), moved[i]);
-            let end = if last[i] > 0 { last[i] } else { done[i] };
-            let ms = if first[i] == u64::MAX { 0.0 } else { end.saturating_sub(first[i]) as f64 / 1e6 };
+            // From the first item sent to the last one received, on the
+            // system clock (no item arrived: nothing was on the wire).
+            let ms =
+                if first[i] == u64::MAX || last[i] == 0 { 0.0 } else { last[i].saturating_sub(first[i]) as f64 / 1e6 };
             wire.insert(step.name.clone(), WireStat { bytes: wire_bytes[i], ms });
         }
         let operands: Vec<&str> = match &step.fused {
