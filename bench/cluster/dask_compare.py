@@ -30,6 +30,7 @@ Every system runs `--reps` times (default 3), interleaved; the median is
 reported, and the results are checked against numpy's.
 
     python3 bench/cluster/dask_compare.py [--tra target/release/tra] [--reps 3] [--n 4096] [--block 1024]
+    python3 bench/cluster/dask_compare.py --only wire [--reps 5]    # the wire figures alone (no dask needed)
 """
 import argparse
 import json
@@ -51,7 +52,10 @@ def main():
     ap.add_argument("--n", type=int, default=4096)
     ap.add_argument("--block", type=int, default=1024)
     ap.add_argument("--json", help="write the figures here too")
+    ap.add_argument("--only", choices=["wire"], help="measure only this (the wire: a shuffle on a warm cluster vs iperf3)")
     args = ap.parse_args()
+    if args.only == "wire":
+        return wire_only(args)
     n, b = args.n, args.block
     k = n // b
     cores = os.cpu_count() or 1
@@ -215,6 +219,30 @@ def wire_bench(args, tmp, hosts, n=8192, block=256):
     tra_rate = statistics.median(rates)
     return {"tra_GBps": tra_rate, "tra_runs_GBps": rates, "bytes_crossed": figures["bytes"], "iperf3_GBps": iperf,
             "fraction_of_iperf3": tra_rate / iperf}
+
+
+def wire_only(args):
+    """The wire figures alone, on a warm cluster of 2 processes started for them."""
+    tmp = tempfile.mkdtemp(prefix="tra-wire-")
+    cdir = os.path.join(tmp, "cluster")
+    try:
+        up = subprocess.run([args.tra, "cluster", "up", "--processes", "2", "--dir", cdir, "--data-dir", tmp],
+                            check=True, capture_output=True, text=True)
+        try:
+            wire = wire_bench(args, tmp, json.loads(up.stdout)["hosts"])
+        finally:
+            subprocess.run([args.tra, "cluster", "down", "--dir", cdir], capture_output=True)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    print(json.dumps({"wire": wire}, indent=2))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"wire": wire}, f, indent=2)
+    goals = [("wire: >= 1 GB/s", wire["tra_GBps"] >= 1.0, f"{wire['tra_GBps']:.2f} GB/s"),
+             ("wire: >= 40% of iperf3", wire["fraction_of_iperf3"] >= 0.4, f"{100 * wire['fraction_of_iperf3']:.0f}%")]
+    for name, met, value in goals:
+        print(f"{name}: {value} — {'met' if met else 'NOT met'}")
+    return 0 if all(m for _, m, _ in goals) else 1
 
 
 if __name__ == "__main__":

@@ -66,6 +66,7 @@ impl OutputFile {
         })
         .map_err(|e| format!("{}: cannot create: {e}", self.path.display()))?;
         file.set_len(total).map_err(|e| format!("{}: cannot size: {e}", self.path.display()))?;
+        reserve(&file, total).map_err(|e| format!("{}: cannot reserve {total} bytes: {e}", self.path.display()))?;
         if header {
             file.write_all_at(&head, 0).map_err(|e| format!("{}: cannot write: {e}", self.path.display()))?;
         }
@@ -78,6 +79,27 @@ impl OutputFile {
             array_bounds: self.array_bounds.clone(),
             esize,
         })
+    }
+}
+
+/// Allocate the file's blocks at once (`fallocate`), before the blocks are
+/// written: without it the file system reserves and maps space page by page
+/// as the writes arrive, on the thread that receives them (on ext4 about a
+/// quarter of the cost of writing an output). A full disk is reported here,
+/// before anything is written; a file system that cannot preallocate (some
+/// network file systems) is written as before.
+fn reserve(file: &File, len: u64) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let Ok(len) = libc::off_t::try_from(len) else { return Ok(()) };
+    // SAFETY: fallocate on a file descriptor this `File` owns, with no pointers.
+    let r = unsafe { libc::fallocate(file.as_raw_fd(), 0, 0, len) };
+    if r == 0 {
+        return Ok(());
+    }
+    let e = std::io::Error::last_os_error();
+    match e.raw_os_error() {
+        Some(libc::ENOSPC) | Some(libc::EFBIG) | Some(libc::EDQUOT) => Err(e),
+        _ => Ok(()),
     }
 }
 
@@ -118,5 +140,31 @@ impl OutWriter {
                 Ok(())
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::reserve;
+    use std::os::unix::fs::MetadataExt;
+
+    /// The file's blocks are allocated before anything is written (on file
+    /// systems that preallocate; the test's temporary directory does), and its
+    /// length and contents are unchanged.
+    #[test]
+    fn reserving_allocates_the_whole_file_up_front() {
+        let dir = std::env::temp_dir().join(format!("tra-reserve-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("out.npy");
+        let file = std::fs::File::create(&path).unwrap();
+        let len = 3 << 20;
+        file.set_len(len).unwrap();
+        let sparse = file.metadata().unwrap().blocks() * 512;
+        reserve(&file, len).unwrap();
+        let meta = file.metadata().unwrap();
+        assert_eq!(meta.len(), len);
+        assert!(sparse < len && meta.blocks() * 512 >= len, "allocated {} of {len} bytes", meta.blocks() * 512);
+        assert!(std::fs::read(&path).unwrap().iter().all(|&b| b == 0));
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -15,6 +15,13 @@
 //! slower). Between the workers of one process batches move as objects
 //! (timely's typed intra-process channels): blocks are shared, not copied.
 //!
+//! **Received blocks are views.** A block's elements start 8-aligned within
+//! its message, and a received block is a view of the bytes the message came
+//! in ([`Block::viewing`]), not a copy: the only copies of a block's bytes on
+//! the way are the one into the message and the socket's. timely's receive
+//! buffer is reused once every block viewing it is gone. (Were a message's
+//! bytes not aligned, the block would be copied out as before.)
+//!
 //! **Small batches.** timely's stock containers close a batch by item count,
 //! which, with 4 MiB blocks, makes messages of hundreds of MiB. A [`Batch`]
 //! is full once it holds [`BATCH_BYTES`] of payload (or [`BATCH_ITEMS`]
@@ -201,21 +208,38 @@ fn key_len(k: &Key) -> usize {
     4 + 4 * k.len()
 }
 
-fn block_len<T: Elem>(b: &Block<T>) -> usize {
-    4 + 8 * b.shape().len() + b.len() * std::mem::size_of::<T>()
+/// Zero bytes that bring `at` to a multiple of 8.
+fn pad_to_8(at: usize) -> usize {
+    ((at + 7) & !7) - at
+}
+
+/// The bytes of a block written at offset `at` of a batch: rank, shape, the
+/// padding that aligns its elements, the elements.
+fn block_len<T: Elem>(at: usize, b: &Block<T>) -> usize {
+    let head = 4 + 8 * b.shape().len();
+    head + pad_to_8(at + head) + b.len() * std::mem::size_of::<T>()
 }
 
 fn encoded_len<T: Elem>(items: &[Item<T>]) -> usize {
     let mut n = 8;
     for it in items {
         n += 12;
-        n += match &it.body {
-            Body::Tuple(k, b) | Body::EveryTuple(k, b) => key_len(k) + block_len(b),
-            Body::Every(list) => 8 + list.iter().map(|(k, b)| key_len(k) + block_len(b)).sum::<usize>(),
-            Body::Meta(m) => 8 + m.len(),
-        };
+        match &it.body {
+            Body::Tuple(k, b) | Body::EveryTuple(k, b) => {
+                n += key_len(k);
+                n += block_len(n, b);
+            }
+            Body::Every(list) => {
+                n += 8;
+                for (k, b) in list.iter() {
+                    n += key_len(k);
+                    n += block_len(n, b);
+                }
+            }
+            Body::Meta(m) => n += 8 + m.len(),
+        }
     }
-    (n + 7) & !7
+    n + pad_to_8(n)
 }
 
 fn put_key<W: Write>(w: &mut W, k: &Key) {
@@ -225,48 +249,64 @@ fn put_key<W: Write>(w: &mut W, k: &Key) {
     }
 }
 
-fn put_block<T: Elem, W: Write>(w: &mut W, b: &Block<T>) {
+/// Write a block at offset `at` of a batch; answers the bytes written.
+fn put_block<T: Elem, W: Write>(w: &mut W, at: usize, b: &Block<T>) -> usize {
     w.write_all(&(b.shape().len() as u32).to_le_bytes()).expect("write");
     for &d in b.shape() {
         w.write_all(&(d as u64).to_le_bytes()).expect("write");
     }
+    let head = 4 + 8 * b.shape().len();
+    w.write_all(&[0u8; 8][..pad_to_8(at + head)]).expect("write");
     w.write_all(elem_bytes(b.as_slice())).expect("write");
+    block_len(at, b)
 }
 
-struct Cursor<'a> {
-    buf: &'a [u8],
+/// Reads a batch from the bytes of its message, peeling off what it reads.
+struct Cursor {
+    rest: timely::bytes::arc::Bytes,
+    /// Bytes read so far (the offset in the batch).
+    at: usize,
 }
 
-impl<'a> Cursor<'a> {
-    fn take(&mut self, n: usize) -> &'a [u8] {
-        assert!(self.buf.len() >= n, "cluster wire: truncated batch");
-        let (a, b) = self.buf.split_at(n);
-        self.buf = b;
-        a
+impl Cursor {
+    /// The next `n` bytes, as bytes of the same buffer.
+    fn advance(&mut self, n: usize) -> timely::bytes::arc::Bytes {
+        assert!(self.rest.len() >= n, "cluster wire: truncated batch");
+        self.at += n;
+        self.rest.extract_to(n)
+    }
+    fn array<const N: usize>(&mut self) -> [u8; N] {
+        self.advance(N)[..].try_into().expect("N bytes")
     }
     fn u32(&mut self) -> u32 {
-        u32::from_le_bytes(self.take(4).try_into().expect("4 bytes"))
+        u32::from_le_bytes(self.array())
     }
     fn u64(&mut self) -> u64 {
-        u64::from_le_bytes(self.take(8).try_into().expect("8 bytes"))
+        u64::from_le_bytes(self.array())
     }
     fn key(&mut self) -> Key {
         let n = self.u32() as usize;
         (0..n).map(|_| self.u32()).collect()
     }
+    /// A block: a view of its bytes in the message (see the module docs), or
+    /// a pooled copy of them where they are not aligned for `T`.
     fn block<T: Elem>(&mut self) -> Block<T> {
         let rank = self.u32() as usize;
         let shape: Vec<usize> = (0..rank).map(|_| self.u64() as usize).collect();
-        let mut b = pool::<T>().take(&shape);
-        let n = b.len() * std::mem::size_of::<T>();
-        elem_bytes_mut(b.as_mut_slice()).copy_from_slice(self.take(n));
-        b
+        self.advance(pad_to_8(self.at));
+        let n = shape.iter().product::<usize>() * std::mem::size_of::<T>();
+        let data = self.advance(n);
+        Block::viewing(&shape, Box::new(data.clone())).unwrap_or_else(|| {
+            let mut b = pool::<T>().take(&shape);
+            elem_bytes_mut(b.as_mut_slice()).copy_from_slice(&data);
+            b
+        })
     }
 }
 
 impl<T: Elem> ContainerBytes for Batch<T> {
     fn from_bytes(bytes: timely::bytes::arc::Bytes) -> Self {
-        let mut c = Cursor { buf: &bytes[..] };
+        let mut c = Cursor { rest: bytes, at: 0 };
         let n = c.u64() as usize;
         let mut batch = Batch { items: Vec::with_capacity(n), bytes: 0 };
         for _ in 0..n {
@@ -292,7 +332,7 @@ impl<T: Elem> ContainerBytes for Batch<T> {
                 }
                 KIND_META => {
                     let m = c.u64() as usize;
-                    Body::Meta(c.take(m).to_vec())
+                    Body::Meta(c.advance(m).to_vec())
                 }
                 other => panic!("cluster wire: unknown item kind {other}"),
             };
@@ -316,14 +356,14 @@ impl<T: Elem> ContainerBytes for Batch<T> {
                 Body::Tuple(k, b) => {
                     w.write_all(&KIND_TUPLE.to_le_bytes()).expect("write");
                     put_key(w, k);
-                    put_block(w, b);
-                    written += key_len(k) + block_len(b);
+                    written += key_len(k);
+                    written += put_block(w, written, b);
                 }
                 Body::EveryTuple(k, b) => {
                     w.write_all(&KIND_EVERY_TUPLE.to_le_bytes()).expect("write");
                     put_key(w, k);
-                    put_block(w, b);
-                    written += key_len(k) + block_len(b);
+                    written += key_len(k);
+                    written += put_block(w, written, b);
                 }
                 Body::Every(list) => {
                     w.write_all(&KIND_EVERY.to_le_bytes()).expect("write");
@@ -331,8 +371,8 @@ impl<T: Elem> ContainerBytes for Batch<T> {
                     written += 8;
                     for (k, b) in list.iter() {
                         put_key(w, k);
-                        put_block(w, b);
-                        written += key_len(k) + block_len(b);
+                        written += key_len(k);
+                        written += put_block(w, written, b);
                     }
                 }
                 Body::Meta(m) => {
@@ -343,8 +383,7 @@ impl<T: Elem> ContainerBytes for Batch<T> {
                 }
             }
         }
-        let pad = ((written + 7) & !7) - written;
-        w.write_all(&[0u8; 8][..pad]).expect("write");
+        w.write_all(&[0u8; 8][..pad_to_8(written)]).expect("write");
     }
 }
 
@@ -364,8 +403,17 @@ mod tests {
         let mut bytes = Vec::new();
         batch.into_bytes(&mut bytes);
         assert_eq!(bytes.len(), batch.length_in_bytes());
-        let back = Batch::<f32>::from_bytes(timely::bytes::arc::BytesMut::from(bytes).freeze());
+        let back = Batch::<f32>::from_bytes(aligned_bytes(&bytes));
         assert_eq!(back.len(), 4);
+        for it in &back.items {
+            match &it.body {
+                Body::Tuple(_, b) | Body::EveryTuple(_, b) => {
+                    assert!(b.is_view(), "a received block views its message")
+                }
+                Body::Every(l) => assert!(l.iter().all(|t| t.1.is_view())),
+                Body::Meta(_) => {}
+            }
+        }
         assert!(matches!(&back.items[3].body, Body::EveryTuple(k, bb) if k == &vec![4] && **bb == *b));
         match (&back.items[0].body, back.items[0].dest, back.items[0].tag) {
             (Body::Tuple(k, bb), 3, 1) => {
@@ -381,6 +429,51 @@ mod tests {
         match &back.items[2].body {
             Body::Meta(m) => assert_eq!(m, b"{\"x\":1}"),
             _ => panic!("meta"),
+        }
+    }
+
+    /// Message bytes in a buffer aligned like timely's (its slabs start
+    /// 8-aligned and hold messages of multiples of 8 bytes).
+    fn aligned_bytes(bytes: &[u8]) -> timely::bytes::arc::Bytes {
+        let mut buf = vec![0u8; bytes.len() + 8];
+        let skip = pad_to_8(buf.as_ptr() as usize);
+        buf[skip..skip + bytes.len()].copy_from_slice(bytes);
+        let mut all = timely::bytes::arc::BytesMut::from(buf).freeze();
+        all.extract_to(skip);
+        all.extract_to(bytes.len())
+    }
+
+    /// Blocks of either element type, after keys of any length, come back
+    /// equal, and as views when the message is aligned; a message that is not
+    /// (one byte off) still decodes, by copying.
+    #[test]
+    fn received_blocks_view_aligned_messages_and_copy_others() {
+        let p = pool::<f64>();
+        for key_len in 0..4u32 {
+            let b = Arc::new(p.copy_of(&[3, 5], &(0..15).map(|i| i as f64 * 0.5 - 2.0).collect::<Vec<_>>()));
+            let mut batch = Batch::<f64>::default();
+            batch.push_into(Item::tuple(1, 0, (0..key_len).collect(), b.clone()));
+            batch.push_into(Item::meta(0, 0, vec![1, 2, 3]));
+            batch.push_into(Item::tuple(1, 0, vec![9], Arc::new(p.copy_of(&[1], &[7.0]))));
+            let mut bytes = Vec::new();
+            batch.into_bytes(&mut bytes);
+            assert_eq!(bytes.len(), batch.length_in_bytes());
+            assert_eq!(bytes.len() % 8, 0);
+            let back = Batch::<f64>::from_bytes(aligned_bytes(&bytes));
+            let Body::Tuple(k, got) = &back.items[0].body else { panic!("tuple") };
+            assert_eq!((k.len(), &**got), (key_len as usize, &*b));
+            assert!(got.is_view());
+            let Body::Tuple(_, one) = &back.items[2].body else { panic!("tuple") };
+            assert_eq!(one.as_slice(), &[7.0]);
+            // One byte off: the elements are not 8-aligned; decoded by copying.
+            let mut shifted = vec![0u8; 1];
+            shifted.extend_from_slice(&bytes);
+            let mut odd = aligned_bytes(&shifted);
+            odd.extract_to(1);
+            let back = Batch::<f64>::from_bytes(odd);
+            let Body::Tuple(_, got) = &back.items[0].body else { panic!("tuple") };
+            assert_eq!(&**got, &*b);
+            assert!(!got.is_view());
         }
     }
 

@@ -8,6 +8,11 @@
 //! between sites and operators as `Arc<Block<T>>` (a replicated relation is
 //! one copy, whatever the number of sites); the buffer returns to the pool
 //! when the last reference goes.
+//!
+//! A block may also view bytes that something else owns ([`Block::viewing`]):
+//! the cluster runtime's blocks received from the network are views of the
+//! message they came in, not copies of it. Such a block is read-only; the
+//! first write copies its elements into a buffer of its own.
 
 use super::elem::Elem;
 use ndarray::{ArrayD, ArrayViewD, ArrayViewMutD, Dimension, IxDyn};
@@ -18,8 +23,30 @@ use std::sync::{Arc, Mutex};
 /// A dense row-major block of `T` with its shape.
 pub struct Block<T: Elem> {
     data: Vec<T>,
+    /// Bytes this block views instead of `data` (then `data` is empty).
+    viewed: Option<ElemBytes>,
     shape: IxDyn,
     home: Option<Arc<PoolInner<T>>>,
+}
+
+/// Bytes owned elsewhere that hold a block's elements (native byte order).
+pub type ElemBytes = Box<dyn std::ops::Deref<Target = [u8]> + Send + Sync>;
+
+/// `bytes` as `n` elements of `T`, when they are exactly that many and
+/// aligned for `T`.
+fn elems_of<T: Elem>(bytes: &[u8], n: usize) -> Option<&[T]> {
+    let size = std::mem::size_of::<T>();
+    if size != T::DTYPE.size()
+        || bytes.len() != n * size
+        || !(bytes.as_ptr() as usize).is_multiple_of(std::mem::align_of::<T>())
+    {
+        return None;
+    }
+    // SAFETY: the bytes are checked just above to be exactly `n` elements long
+    // and aligned for T; T is f32 or f64 (Elem's dtypes, sizes checked), for
+    // which every bit pattern is a value; the slice borrows `bytes`, which are
+    // only read while it lives.
+    Some(unsafe { std::slice::from_raw_parts(bytes.as_ptr() as *const T, n) })
 }
 
 /// A block shared between sites and operators.
@@ -29,7 +56,22 @@ impl<T: Elem> Block<T> {
     /// A block that belongs to no pool (its buffer is freed when dropped).
     pub fn detached(shape: &[usize], data: Vec<T>) -> Block<T> {
         assert_eq!(shape.iter().product::<usize>(), data.len(), "block data does not fit its shape");
-        Block { data, shape: IxDyn(shape), home: None }
+        Block { data, viewed: None, shape: IxDyn(shape), home: None }
+    }
+
+    /// A block whose elements are `bytes` (native byte order), without copying
+    /// them: `None` unless they hold exactly the shape's elements and are
+    /// aligned for `T`. The block keeps the bytes until it is dropped or
+    /// first written (which copies them into a buffer of its own).
+    pub fn viewing(shape: &[usize], bytes: ElemBytes) -> Option<Block<T>> {
+        let n = shape.iter().product::<usize>();
+        elems_of::<T>(&bytes, n)?;
+        Some(Block { data: Vec::new(), viewed: Some(bytes), shape: IxDyn(shape), home: None })
+    }
+
+    /// True when the elements are viewed bytes (not yet copied).
+    pub fn is_view(&self) -> bool {
+        self.viewed.is_some()
     }
 
     /// The shape.
@@ -39,42 +81,50 @@ impl<T: Elem> Block<T> {
 
     /// The elements, row-major.
     pub fn as_slice(&self) -> &[T] {
-        &self.data
+        match &self.viewed {
+            Some(bytes) => elems_of(bytes, self.shape.size()).expect("viewed bytes fit the block (checked when made)"),
+            None => &self.data,
+        }
     }
 
-    /// The elements, row-major, writable.
+    /// The elements, row-major, writable (a block viewing bytes copies them first).
     pub fn as_mut_slice(&mut self) -> &mut [T] {
+        if self.viewed.is_some() {
+            self.data = self.as_slice().to_vec();
+            self.viewed = None;
+        }
         &mut self.data
     }
 
     /// Number of elements.
     pub fn len(&self) -> usize {
-        self.data.len()
+        self.as_slice().len()
     }
 
     /// True for a block without elements.
     pub fn is_empty(&self) -> bool {
-        self.data.is_empty()
+        self.len() == 0
     }
 
     /// An ndarray view.
     pub fn view(&self) -> ArrayViewD<'_, T> {
-        ArrayViewD::from_shape(self.shape.clone(), &self.data).expect("shape fits data")
+        ArrayViewD::from_shape(self.shape.clone(), self.as_slice()).expect("shape fits data")
     }
 
     /// A writable ndarray view.
     pub fn view_mut(&mut self) -> ArrayViewMutD<'_, T> {
-        ArrayViewMutD::from_shape(self.shape.clone(), &mut self.data).expect("shape fits data")
+        let shape = self.shape.clone();
+        ArrayViewMutD::from_shape(shape, self.as_mut_slice()).expect("shape fits data")
     }
 
     /// A copy as an owned ndarray array.
     pub fn to_array(&self) -> ArrayD<T> {
-        ArrayD::from_shape_vec(self.shape.clone(), self.data.clone()).expect("shape fits data")
+        ArrayD::from_shape_vec(self.shape.clone(), self.as_slice().to_vec()).expect("shape fits data")
     }
 
     /// Give the block a different shape with the same number of elements.
     pub fn reshape(&mut self, shape: &[usize]) {
-        assert_eq!(shape.iter().product::<usize>(), self.data.len(), "reshape changes the element count");
+        assert_eq!(shape.iter().product::<usize>(), self.len(), "reshape changes the element count");
         self.shape = IxDyn(shape);
     }
 }
@@ -82,6 +132,9 @@ impl<T: Elem> Block<T> {
 impl<T: Elem> Drop for Block<T> {
     fn drop(&mut self) {
         if let Some(home) = self.home.take() {
+            if self.viewed.is_some() {
+                return;
+            }
             home.give(&self.shape, std::mem::take(&mut self.data));
         }
     }
@@ -95,7 +148,7 @@ impl<T: Elem> std::fmt::Debug for Block<T> {
 
 impl<T: Elem> PartialEq for Block<T> {
     fn eq(&self, o: &Self) -> bool {
-        self.shape == o.shape && self.data == o.data
+        self.shape == o.shape && self.as_slice() == o.as_slice()
     }
 }
 
@@ -208,7 +261,7 @@ impl<T: Elem> Pool<T> {
                 vec![T::ZERO; n]
             }
         };
-        Block { data, shape: key, home: Some(self.inner.clone()) }
+        Block { data, viewed: None, shape: key, home: Some(self.inner.clone()) }
     }
 
     /// A block of zeros.
@@ -255,5 +308,59 @@ impl<T: Elem> Pool<T> {
         let mut free = self.inner.free.lock().unwrap_or_else(|e| e.into_inner());
         free.clear();
         self.inner.held_bytes.store(0, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Block, Pool};
+
+    /// Aligned bytes of the right length in a buffer of 8-byte words.
+    fn words(values: &[f64]) -> Vec<u64> {
+        values.iter().map(|v| v.to_bits()).collect()
+    }
+
+    struct WordBytes(Vec<u64>, usize, usize);
+    impl std::ops::Deref for WordBytes {
+        type Target = [u8];
+        fn deref(&self) -> &[u8] {
+            let all = word_bytes(&self.0);
+            &all[self.1..self.1 + self.2]
+        }
+    }
+
+    /// The words' bytes, where they are.
+    fn word_bytes(w: &[u64]) -> &[u8] {
+        // SAFETY: every u64 is 8 initialized bytes, and u8 has no alignment
+        // or validity requirement (`align_to::<u8>` of a `[u64]` is all middle).
+        let (head, mid, tail) = unsafe { w.align_to::<u8>() };
+        assert!(head.is_empty() && tail.is_empty());
+        mid
+    }
+
+    #[test]
+    fn a_view_reads_its_bytes_and_copies_them_on_the_first_write() {
+        let w = words(&[1.0, -2.5, 3.0, 4.0, 5.0, 6.0]);
+        let mut b = Block::<f64>::viewing(&[2, 3], Box::new(WordBytes(w.clone(), 0, 48))).expect("aligned");
+        assert!(b.is_view());
+        assert_eq!(b.as_slice(), &[1.0, -2.5, 3.0, 4.0, 5.0, 6.0]);
+        assert_eq!(b.len(), 6);
+        assert_eq!(b, Pool::<f64>::new().copy_of(&[2, 3], &[1.0, -2.5, 3.0, 4.0, 5.0, 6.0]));
+        b.as_mut_slice()[1] = 9.0;
+        assert!(!b.is_view());
+        assert_eq!(b.as_slice(), &[1.0, 9.0, 3.0, 4.0, 5.0, 6.0]);
+        b.reshape(&[3, 2]);
+        assert_eq!(b.view().shape(), &[3, 2]);
+    }
+
+    #[test]
+    fn a_view_needs_aligned_bytes_of_exactly_the_shape() {
+        let w = words(&[1.0, 2.0, 3.0]);
+        assert!(Block::<f64>::viewing(&[2], Box::new(WordBytes(w.clone(), 4, 16))).is_none(), "misaligned");
+        assert!(Block::<f64>::viewing(&[2], Box::new(WordBytes(w.clone(), 0, 24))).is_none(), "too long");
+        assert!(Block::<f64>::viewing(&[3], Box::new(WordBytes(w.clone(), 0, 16))).is_none(), "too short");
+        // f32 needs 4-byte alignment only.
+        let b = Block::<f32>::viewing(&[2], Box::new(WordBytes(w, 4, 8))).expect("4-aligned");
+        assert_eq!(b.len(), 2);
     }
 }

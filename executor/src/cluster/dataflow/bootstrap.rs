@@ -110,6 +110,18 @@ pub(super) fn communication(
 /// Byte buffers held for timely's network slabs at most (per process).
 const NET_BUFFERS_HELD: usize = 256 << 20;
 
+/// The least size of a network slab. timely asks for 1 MiB slabs (more when
+/// one message needs it), and its receive thread, whenever a slab runs out
+/// in the middle of a message, copies that message's first part into the
+/// next slab: with messages of about a batch (1 MiB, [`BATCH_BYTES`]) in
+/// slabs of 2 MiB, that copied a third to a half of every byte received
+/// again. In slabs of 8 MiB the part copied is a few percent, and a receive
+/// reads up to 8 MiB per system call. (timely only needs a slab to be at
+/// least the size it asks for.)
+///
+/// [`BATCH_BYTES`]: crate::cluster::wire::BATCH_BYTES
+pub(crate) const NET_SLAB_MIN: usize = 8 << 20;
+
 /// The byte buffers of timely's network slabs (what a worker serializes
 /// into, what a receive thread reads into), taken from a process-wide free
 /// list and given back to it when timely drops them: a warm job process
@@ -141,7 +153,8 @@ fn net_buffers() -> timely::communication::allocator::zero_copy::bytes_slab::Byt
             }
         }
     }
-    let logic = move |size: usize| -> Box<dyn DerefMut<Target = [u8]> + Send> {
+    let logic = move |asked: usize| -> Box<dyn DerefMut<Target = [u8]> + Send> {
+        let size = asked.max(NET_SLAB_MIN);
         let reused = {
             let mut free = FREE.lock().unwrap_or_else(|e| e.into_inner());
             let found = free.0.iter().position(|b| b.len() == size).map(|i| free.0.swap_remove(i));
@@ -313,13 +326,14 @@ fn bind_patiently(listen: &str, until: Instant) -> std::io::Result<TcpListener> 
 
 #[cfg(test)]
 mod tests {
-    use super::net_buffers;
+    use super::{net_buffers, NET_SLAB_MIN};
+    use timely::communication::allocator::zero_copy::bytes_slab::BytesSlab;
 
     #[test]
     fn network_buffers_are_reused_once_dropped() {
         let refill = net_buffers();
         // A size no other test asks for, so that the free list holds only ours.
-        let size = (1 << 20) + 4096 + 17;
+        let size = NET_SLAB_MIN + 4096 + 17;
         let mut a = (refill.logic)(size);
         assert_eq!(a.len(), size);
         a[size - 1] = 7;
@@ -331,5 +345,55 @@ mod tests {
         let c = (refill.logic)(size);
         assert_ne!(c.as_ptr(), first, "a buffer in use is not handed out twice");
         assert_eq!(c.len(), size);
+    }
+
+    #[test]
+    fn small_slabs_are_given_the_least_size() {
+        let b = (net_buffers().logic)(1 << 20);
+        assert_eq!(b.len(), NET_SLAB_MIN);
+    }
+
+    /// timely's receive loop on our buffers: a byte stream of messages of many
+    /// sizes (some larger than a slab), read in pieces of arbitrary lengths,
+    /// comes out message by message, byte for byte.
+    #[test]
+    fn a_slab_of_larger_buffers_keeps_every_message_whole() {
+        let sizes = [24usize, 1 << 20, (1 << 20) + 48, 3 << 20, NET_SLAB_MIN + 1000, 5, 7 << 20, 2 * NET_SLAB_MIN];
+        let messages: Vec<Vec<u8>> = sizes
+            .iter()
+            .enumerate()
+            .map(|(m, &n)| (0..n).map(|i| (i.wrapping_mul(31) ^ m.wrapping_mul(7)) as u8).collect())
+            .collect();
+        let stream: Vec<u8> =
+            messages.iter().flat_map(|m| (m.len() as u64).to_le_bytes().into_iter().chain(m.iter().copied())).collect();
+        let mut slab = BytesSlab::new(20, net_buffers());
+        let (mut at, mut out, mut step) = (0usize, Vec::new(), 0usize);
+        let mut held = Vec::new();
+        while at < stream.len() {
+            slab.ensure_capacity(1);
+            step += 1;
+            let want = (step * 700_001) % (3 << 20) + 1;
+            let n = want.min(slab.empty().len()).min(stream.len() - at);
+            slab.empty()[..n].copy_from_slice(&stream[at..at + n]);
+            slab.make_valid(n);
+            at += n;
+            loop {
+                let valid = slab.valid();
+                if valid.len() < 8 {
+                    break;
+                }
+                let len = u64::from_le_bytes(valid[..8].try_into().unwrap()) as usize;
+                if valid.len() < 8 + len {
+                    break;
+                }
+                let bytes = slab.extract(8 + len);
+                out.push(bytes[8..].to_vec());
+                held.push(bytes); // held like a block that still uses it
+            }
+        }
+        assert_eq!(out.len(), messages.len());
+        for (m, (got, want)) in out.iter().zip(&messages).enumerate() {
+            assert!(got == want, "message {m} ({} bytes) differs", want.len());
+        }
     }
 }

@@ -4,7 +4,7 @@
 //! aggregation's piece counts go to every worker. Floats moved and bytes on
 //! the wire are counted where items are sent.
 
-use super::{exchange, record_error, stage, Proc, Report, CB, S};
+use super::{exchange, record_error, stage, wall_ns, Proc, Report, CB, S};
 use crate::cluster::ops::{concat_count, concat_kernel, project};
 use crate::cluster::wire::{Body, Item, EVERY_TAG};
 use crate::threads::Elem;
@@ -27,12 +27,12 @@ fn send_on<'s, T: Elem>(
     mut send: impl FnMut(Item<T>, &mut dyn FnMut(Item<T>)) -> u64 + 'static,
 ) -> S<'s, T> {
     let name = p.prep.steps[i].name.clone();
-    let (p, workers) = (p.clone(), p.workers);
+    let workers = p.workers;
     input.unary::<CB<T>, _, _, _>(Pipeline, &format!("{name}: route"), move |_, _| {
         move |input, output| {
             input.for_each(|cap, data| {
                 let t0 = Instant::now();
-                let first = p.now_ns();
+                let first = wall_ns();
                 let mut session = output.session(&cap);
                 let mut moved = 0u64;
                 let mut wire = 0u64;
@@ -133,7 +133,7 @@ fn arrive_sorted<'s, T: Elem>(p: Arc<Proc<T>>, _me: usize, i: usize, routed: S<'
         let mut last = 0u64;
         move |(input, frontier), output| {
             input.for_each(|cap, data| {
-                last = p.now_ns();
+                last = wall_ns();
                 tuples += data.items.iter().filter(|it| matches!(it.body, Body::Tuple(..))).count() as u64;
                 output.session(&cap).give_container(data);
             });
@@ -157,7 +157,7 @@ pub(super) fn arrive<'s, T: Elem>(p: Arc<Proc<T>>, i: usize, routed: S<'s, T>, r
         let mut last = 0u64;
         move |(input, frontier), output| {
             input.for_each(|cap, data| {
-                last = p.now_ns();
+                last = wall_ns();
                 output.session(&cap).give_container(data);
             });
             if frontier.is_empty() && !noted {

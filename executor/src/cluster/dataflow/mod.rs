@@ -166,8 +166,8 @@ pub struct WireStat {
     /// Payload bytes (block elements) sent from one process to another.
     pub bytes: u64,
     /// From its first item sent to its last one taken in by a worker (on
-    /// any process; process clocks are aligned to within the connection
-    /// set-up).
+    /// any process), on the system clock: exact between the processes of
+    /// one machine, as good as the clocks' synchronization between machines.
     pub ms: f64,
 }
 
@@ -244,15 +244,24 @@ struct ErrorRecord {
     message: String,
 }
 
+/// Nanoseconds since the Unix epoch on the system clock: the ends of an
+/// exchange's wire window, compared between processes.
+fn wall_ns() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
+}
+
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 struct StepStat {
     busy_ns: u64,
     done_ns: u64,
     moved: u64,
     tuples: u64,
-    /// An exchange: when it sent its first item (0: never).
+    /// An exchange: when it sent its first item (0: never), on the system
+    /// clock ([`wall_ns`]: one clock for every process of a machine, where
+    /// each process's own start differs by its connection set-up).
     first_ns: u64,
-    /// An exchange: when its last item arrived (0: none arrived).
+    /// An exchange: when its last item arrived (0: none arrived), on the
+    /// system clock.
     last_ns: u64,
     /// An exchange: payload bytes sent to other processes.
     wire_bytes: u64,
