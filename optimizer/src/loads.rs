@@ -56,7 +56,6 @@
 
 use crate::check::TypedPlan;
 use crate::kernel::KernelRef;
-use crate::keyexpr::Key;
 use crate::placement::site_of;
 use crate::program::{IaOp, Operator, PlacementDecl, Plan};
 use crate::types::{concat_params, PhysType};
@@ -73,7 +72,57 @@ pub const EVERYWHERE: u32 = u32::MAX;
 
 /// The `(key, site)` pairs of a physical value ([`EVERYWHERE`] for a
 /// replicated tuple). A partial aggregate holds a key once per site it is on.
-pub type Layout = Vec<(Key, u32)>;
+/// Keys are stored end to end (one allocation for the whole value, not one
+/// per key: a join of two 160-tuple relations makes thousands).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Layout {
+    arity: usize,
+    keys: Vec<u32>,
+    sites: Vec<u32>,
+}
+
+impl Layout {
+    /// An empty layout of keys of `arity` dims, with room for `n` tuples.
+    pub fn with_capacity(arity: usize, n: usize) -> Layout {
+        Layout { arity, keys: Vec::with_capacity(arity * n), sites: Vec::with_capacity(n) }
+    }
+
+    /// Number of tuples.
+    pub fn len(&self) -> usize {
+        self.sites.len()
+    }
+
+    /// True when it holds no tuple.
+    pub fn is_empty(&self) -> bool {
+        self.sites.is_empty()
+    }
+
+    /// The dims of every key.
+    pub fn arity(&self) -> usize {
+        self.arity
+    }
+
+    /// Add a tuple (`key` of [`Layout::arity`] dims).
+    pub fn push(&mut self, key: impl IntoIterator<Item = u32>, site: u32) {
+        self.keys.extend(key);
+        self.sites.push(site);
+        debug_assert_eq!(self.keys.len(), self.arity * self.sites.len(), "a key of another arity");
+    }
+
+    /// The tuples' keys and sites, in order.
+    pub fn iter(&self) -> impl Iterator<Item = (&[u32], u32)> + '_ {
+        let arity = self.arity;
+        self.sites.iter().enumerate().map(move |(i, s)| (&self.keys[i * arity..(i + 1) * arity], *s))
+    }
+}
+
+/// A key's dims `dims`, without allocating for up to four of them (`None`
+/// when a dim is outside the key).
+type Projected = smallvec::SmallVec<[u32; 4]>;
+
+fn project(key: &[u32], dims: &[usize]) -> Option<Projected> {
+    dims.iter().map(|&d| key.get(d).copied()).collect()
+}
 
 /// What one site does in one operator.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
@@ -185,19 +234,17 @@ impl LoadCache {
     ) -> Result<Layout, LoadError> {
         let keys = t.rel.key_list().map_err(|e| LoadError { node: name.to_string(), message: e.message })?;
         let s = self.sites;
-        Ok(keys
-            .iter()
-            .enumerate()
-            .map(|(i, k)| {
-                let site = match placement {
-                    _ if s == 1 => 0,
-                    PlacementDecl::Hash(d) => site_of(k, d, s) as u32,
-                    PlacementDecl::Replicated => EVERYWHERE,
-                    PlacementDecl::Any => (i % s) as u32,
-                };
-                (k.clone(), site)
-            })
-            .collect())
+        let mut layout = Layout::with_capacity(t.rel.key_arity(), keys.len());
+        for (i, k) in keys.iter().enumerate() {
+            let site = match placement {
+                _ if s == 1 => 0,
+                PlacementDecl::Hash(d) => site_of(k, d, s) as u32,
+                PlacementDecl::Replicated => EVERYWHERE,
+                PlacementDecl::Any => (i % s) as u32,
+            };
+            layout.push(k.iter().copied(), site);
+        }
+        Ok(layout)
     }
 
     pub(crate) fn eval_op(
@@ -233,8 +280,8 @@ impl LoadCache {
                 let mut from = vec![0u64; s];
                 let mut moved = 0u64;
                 for (_, site) in args[0].layout.iter() {
-                    if *site != EVERYWHERE {
-                        from[*site as usize] += 1;
+                    if site != EVERYWHERE {
+                        from[site as usize] += 1;
                         moved += 1;
                     }
                 }
@@ -242,26 +289,28 @@ impl LoadCache {
                     l.bytes_out += n * others * bytes;
                     l.bytes_in += (moved - n) * bytes;
                 }
+                let input = &args[0].layout;
                 if want_layout {
-                    args[0].layout.iter().map(|(k, _)| (k.clone(), EVERYWHERE)).collect()
+                    Layout { sites: vec![EVERYWHERE; input.len()], ..(**input).clone() }
                 } else {
-                    Vec::new()
+                    Layout::default()
                 }
             }
             IaOp::Shuffle { input, dims } => {
                 let bytes = self.tuple_bytes(ty(input));
-                let mut out = Vec::with_capacity(args[0].layout.len());
-                for (k, site) in args[0].layout.iter() {
-                    if dims.iter().any(|&d| d >= k.len()) {
-                        return Err(err(format!("shuffle dims {dims:?} outside key {k:?}")));
-                    }
+                let input = &args[0].layout;
+                if let Some(d) = dims.iter().find(|&&d| d >= input.arity()) {
+                    return Err(err(format!("shuffle dim {d} outside keys of {} dims", input.arity())));
+                }
+                let mut out = Layout::with_capacity(input.arity(), if want_layout { input.len() } else { 0 });
+                for (k, site) in input.iter() {
                     let to = site_of(k, dims, s) as u32;
-                    if *site != EVERYWHERE && *site != to {
-                        loads[*site as usize].bytes_out += bytes;
+                    if site != EVERYWHERE && site != to {
+                        loads[site as usize].bytes_out += bytes;
                         loads[to as usize].bytes_in += bytes;
                     }
                     if want_layout {
-                        out.push((k.clone(), to));
+                        out.push(k.iter().copied(), to);
                     }
                 }
                 out
@@ -269,21 +318,21 @@ impl LoadCache {
             IaOp::LocalJoin { left, right, left_keys, right_keys, kernel } => {
                 let (lb, rb) = (&ty(left).rel.array_bounds, &ty(right).rel.array_bounds);
                 let per = (kernel.flops(&[lb, rb]), self.call_bytes(kernel, &[lb, rb]));
-                let project =
-                    |k: &Key, dims: &[usize]| -> Option<Key> { dims.iter().map(|&d| k.get(d).copied()).collect() };
-                let mut index: FxHashMap<Key, Vec<(&Key, u32)>> =
-                    FxHashMap::with_capacity_and_hasher(args[1].layout.len(), Default::default());
-                for (k, site) in args[1].layout.iter() {
+                let (left_l, right_l) = (&args[0].layout, &args[1].layout);
+                let mut index: FxHashMap<Projected, Vec<(&[u32], u32)>> =
+                    FxHashMap::with_capacity_and_hasher(right_l.len(), Default::default());
+                for (k, site) in right_l.iter() {
                     let jk = project(k, right_keys)
                         .ok_or_else(|| err(format!("right key {k:?} has no dims {right_keys:?}")))?;
-                    index.entry(jk).or_default().push((k, *site));
+                    index.entry(jk).or_default().push((k, site));
                 }
-                let mut out = Vec::new();
-                for (lk, ls) in args[0].layout.iter() {
+                let kept: Vec<usize> = (0..right_l.arity()).filter(|d| !right_keys.contains(d)).collect();
+                let mut out = Layout::with_capacity(left_l.arity() + kept.len(), 0);
+                for (lk, ls) in left_l.iter() {
                     let jk = project(lk, left_keys)
                         .ok_or_else(|| err(format!("left key {lk:?} has no dims {left_keys:?}")))?;
-                    for (rk, rs) in index.get(&jk).map(Vec::as_slice).unwrap_or(&[]) {
-                        let site = match (*ls, *rs) {
+                    for &(rk, rs) in index.get(&jk).map(Vec::as_slice).unwrap_or(&[]) {
+                        let site = match (ls, rs) {
                             (a, b) if a == b => a,
                             (EVERYWHERE, b) => b,
                             (a, EVERYWHERE) => a,
@@ -291,12 +340,8 @@ impl LoadCache {
                         };
                         work_at(&mut loads, site, 1, per);
                         if want_layout {
-                            // One allocation per output key: the left key, then the
-                            // right key's dims that are not joined on.
-                            let mut key = Key::with_capacity(lk.len() + rk.len());
-                            key.extend_from_slice(lk);
-                            key.extend(rk.iter().enumerate().filter(|(d, _)| !right_keys.contains(d)).map(|(_, c)| *c));
-                            out.push((key, site));
+                            // The left key, then the right key's dims that are not joined on.
+                            out.push(lk.iter().copied().chain(kept.iter().map(|&d| rk[d])), site);
                         }
                     }
                 }
@@ -324,19 +369,21 @@ impl LoadCache {
                         (n.saturating_sub(1), per)
                     }
                 };
-                let mut groups: FxHashMap<Key, Vec<u32>> = FxHashMap::default();
+                let mut groups: FxHashMap<Projected, Vec<u32>> = FxHashMap::default();
                 for (k, site) in args[0].layout.iter() {
-                    let g: Option<Key> = group_by.iter().map(|&d| k.get(d).copied()).collect();
-                    let g = g.ok_or_else(|| err(format!("key {k:?} has no group-by dims {group_by:?}")))?;
-                    groups.entry(g).or_default().push(*site);
+                    let g = project(k, group_by)
+                        .ok_or_else(|| err(format!("key {k:?} has no group-by dims {group_by:?}")))?;
+                    groups.entry(g).or_default().push(site);
                 }
-                let mut out = Vec::new();
+                let mut out = Layout::with_capacity(group_by.len(), 0);
                 for (g, members) in groups {
                     let everywhere = members.iter().filter(|&&m| m == EVERYWHERE).count() as u64;
                     if everywhere == members.len() as u64 {
                         let (calls, w) = fold(everywhere);
                         work_at(&mut loads, EVERYWHERE, calls, w);
-                        out.push((g, EVERYWHERE));
+                        if want_layout {
+                            out.push(g, EVERYWHERE);
+                        }
                         continue;
                     }
                     let mut at: Vec<(u32, u64)> = Vec::new();
@@ -351,7 +398,7 @@ impl LoadCache {
                             let (calls, w) = fold(n);
                             work_at(&mut loads, site, calls, w);
                             if want_layout {
-                                out.push((g.clone(), site));
+                                out.push(g.iter().copied(), site);
                             }
                         }
                         continue;
@@ -363,17 +410,18 @@ impl LoadCache {
                         let (calls, w) = fold(n);
                         work_at(&mut loads, site, calls, w);
                         if want_layout {
-                            out.push((g.clone(), site));
+                            out.push(g.iter().copied(), site);
                         }
                     }
                 }
                 out
             }
             IaOp::LocalFilter { predicate, .. } => {
-                let mut out = Vec::new();
-                for (k, site) in args[0].layout.iter() {
+                let input = &args[0].layout;
+                let mut out = Layout::with_capacity(input.arity(), 0);
+                for (k, site) in input.iter() {
                     if predicate.eval(k).map_err(|e| err(e.to_string()))? {
-                        out.push((k.clone(), *site));
+                        out.push(k.iter().copied(), site);
                     }
                 }
                 out
@@ -381,19 +429,21 @@ impl LoadCache {
             IaOp::LocalMap { input, key, kernel } => {
                 let ib = &ty(input).rel.array_bounds;
                 let per = kernel.as_ref().map_or((0, 0), |k| (k.flops(&[ib]), self.call_bytes(k, &[ib])));
-                let mut out = Vec::new();
-                for (k, site) in args[0].layout.iter() {
-                    work_at(&mut loads, *site, 1, per);
+                let input = &args[0].layout;
+                let arity = key.as_ref().map_or(input.arity(), |f| f.output_arity());
+                let mut out = Layout::with_capacity(arity, 0);
+                for (k, site) in input.iter() {
+                    work_at(&mut loads, site, 1, per);
                     if !want_layout {
                         continue;
                     }
                     match key {
                         Some(f) => {
                             for k in f.eval(k).map_err(|e| err(e.to_string()))? {
-                                out.push((k, *site));
+                                out.push(k, site);
                             }
                         }
-                        None => out.push((k.clone(), *site)),
+                        None => out.push(k.iter().copied(), site),
                     }
                 }
                 out
