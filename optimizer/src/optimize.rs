@@ -15,7 +15,7 @@ use crate::error::{ErrorCode, ProgramError};
 use crate::extract::{choose_among, plan_cost, NoPlan, NodeCosts};
 use crate::loads::{total_per_site, LoadCache, SiteLoad};
 use crate::order::Pruned;
-use crate::program::{IaOp, Plan, Program};
+use crate::program::{Plan, Program};
 use crate::rule::RuleDef;
 use crate::rule_failure::{self, catch_panic, AttemptError, RuleFailure};
 pub use crate::rule_failure::{OnRuleFailure, Warning};
@@ -558,8 +558,7 @@ impl Scorer {
     /// the whole plan.
     pub fn score(&mut self, plan: &Plan) -> Result<(f64, Option<Bottleneck>, Vec<SiteLoad>), String> {
         let loads = self.loads(plan)?;
-        let exchange = |n: &str| matches!(plan.nodes.get(n), Some(IaOp::Shuffle { .. } | IaOp::Broadcast { .. }));
-        let (seconds, bottleneck) = plan_seconds(&loads, &exchange, &self.profile);
+        let (seconds, bottleneck) = plan_seconds(plan, &loads, &self.profile);
         Ok((seconds, bottleneck, total_per_site(&loads, self.sites)))
     }
 }

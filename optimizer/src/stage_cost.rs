@@ -12,6 +12,16 @@
 //! over the sources the e-graph holds, a lower bound that is exact when the
 //! plan reads that source. Plans extracted under these costs are re-scored
 //! exactly ([`crate::optimize::Scorer`]).
+//!
+//! An e-node's cost cannot see whether the runtime will stream it: a fused
+//! matmul streams only when its join has no other consumer in the plan
+//! (see [`crate::time`]), a property of the extracted plan, not of a class.
+//! So a streamed pipeline is charged here as its stages one after another:
+//! an upper bound of what the exact model charges it (a site never takes
+//! longer streamed than in turn, and the pipeline pays one latency per level
+//! of exchange instead of one per exchange). Extraction may therefore rank a
+//! streamed plan too low; it is still a candidate, as the best plan of its
+//! join strategy, and the exact re-scoring prices its overlap.
 
 use crate::cost::{node_cost, Cost, Weights};
 use crate::egraph::nodes::{ia_op, leaf};

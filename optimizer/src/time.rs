@@ -1,12 +1,13 @@
 //! The time cost model: a plan's predicted seconds on a cluster described by
 //! a [`Profile`], from the exact per-site loads of [`crate::loads`].
 //!
-//! **Stages.** Every operator of a plan is one stage. The runtimes run a
-//! plan's operators one after another on every site (the thread runtime puts
-//! a barrier between steps; the cluster runtime's exchanges wait for their
-//! whole input), so the stages are sequential and a plan's time is the sum
-//! of its stages' times: the critical path of a DAG whose stages all share
-//! the same sites is the whole sequence. Within a stage the sites work in
+//! **Stages.** Every operator of a plan is one stage, except the operators
+//! of a streamed pipeline (below), which together are one. The runtimes run
+//! a plan's stages one after another on every site (the thread runtime puts
+//! a barrier between steps; the cluster runtime's local operators wait for
+//! their whole input), so a plan's time is the sum of its stages' times: the
+//! critical path of a DAG whose stages all share the same sites is the whole
+//! sequence. Within a stage the sites work in
 //! parallel, so the busiest site bounds it:
 //!
 //! - an exchange (`shuffle`, `broadcast`) takes `latency + max over sites of
@@ -24,17 +25,54 @@
 //!   and is bound by memory — pricing it by flops alone under-predicts it
 //!   tens of times.
 //!
-//! No overlap of a shuffle with its consumer's compute is modelled: neither
-//! runtime pipelines them (an exchange completes before the next operator
-//! starts), so modelling it would predict a speed no run shows.
+//! **Streamed matmuls overlap their exchanges.** The model follows the
+//! cluster runtime (`tra run --processes/--hosts`, the one that moves bytes
+//! over links). Its exchanges route every tuple as it arrives, and its local
+//! operators wait for their whole input — except one: a fused matmul
+//! (`local_aggregate(matAdd)` of a matrix-product `local_join` that has no
+//! other consumer and is not an output) whose operands both come straight
+//! from inputs (an input, or a `shuffle`/`broadcast` of one), not both
+//! replicated. It knows each output block's members before any arrives,
+//! starts a block's GEMMs as soon as its members are in, and emits the block
+//! when done; a `shuffle` or `broadcast` of its output sends that block on at
+//! once. So the operand shuffles, the GEMMs and the output's exchanges run
+//! at the same time, and on a site they share its link (each direction) and
+//! its processors. Such a **pipeline** is one stage:
+//!
+//! - per site, `a` (the operand shuffles' link time, the slower direction),
+//!   `b` (the join's and the aggregation's compute, the roofline above) and
+//!   `c` (the output exchanges' link time); the site's link carries both
+//!   exchanges' bytes, so the busiest resource takes
+//!   `max((in_a + in_c) / link, (out_a + out_c) / link, b)`;
+//! - plus the fill and drain of a pipeline of `g` output blocks:
+//!   `(a + b + c − max(a, b, c)) / g`, where `g` is the number of output
+//!   blocks per site that computes (all of them, spread evenly) (the first block's members must
+//!   arrive before its GEMMs, the last block's GEMMs end before it is sent);
+//!   a site's time never exceeds `a + b + c`, what it takes unstreamed;
+//! - plus one latency per level of exchange (operand shuffles, output
+//!   exchanges), the busiest site bounding the stage.
+//!
+//! A `broadcast` operand is not overlapped: its copy reaches a process only
+//! when complete (the leader shares it then), so it stays a stage before the
+//! pipeline. Every other operator is a stage of its own and stages are
+//! sequential. The thread runtime streams nothing (its site threads step in
+//! lockstep), so for it the model is optimistic on streamed pipelines; its
+//! exchanges are memory copies, not links, and the profile is the cluster's.
+//! Why: measured on two processes over loopback, the shuffle of a streamed
+//! matmul's partial sums spent almost none of its wire time on its own, and
+//! pricing it and the operand shuffles after the GEMMs ranked an unfused
+//! plan ahead of a faster streamed one.
 //!
 //! The **bottleneck** of a plan is the stage that takes longest, with its
 //! busiest site and the resource (`compute`, `link_in`, `link_out`) that
 //! bounds that site.
 
-use crate::loads::{OpLoads, SiteLoad};
+use crate::kernel::KernelRef;
+use crate::loads::{makes_products, OpLoads, SiteLoad};
+use crate::program::{IaOp, InputDecl, Operator as _, PlacementDecl, Plan};
 use indexmap::IndexMap;
 use serde::{Deserialize, Serialize};
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 /// Which figure the optimizer minimizes.
@@ -196,21 +234,162 @@ pub fn stage_seconds(exchange: bool, loads: &[SiteLoad], p: &Profile) -> (f64, u
     best
 }
 
-/// A plan's predicted seconds and its bottleneck, from the loads of its
-/// operators (`exchange(name)` says whether an operator is a shuffle or a
-/// broadcast). A plan without operators takes no time and has no bottleneck.
-pub fn plan_seconds(
+/// A streamed fused matmul and the exchanges that run with it (see the
+/// module docs).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pipeline {
+    /// The fused `local_aggregate` (the stage is named after it).
+    pub aggregate: String,
+    /// The matrix-product `local_join` it computes.
+    pub join: String,
+    /// Shuffles of inputs that feed the join, overlapped with the GEMMs.
+    pub operand_shuffles: Vec<String>,
+    /// Shuffles and broadcasts of the aggregation's output, overlapped with
+    /// the GEMMs.
+    pub output_exchanges: Vec<String>,
+    /// Output blocks of the aggregation (over all sites).
+    pub output_blocks: u64,
+}
+
+/// The streamed pipelines of a plan: the fused matmuls that the cluster
+/// runtime computes while their operands arrive (the runtime's own
+/// conditions, see the module docs), with their overlapped exchanges. An
+/// exchange belongs to one pipeline at most.
+pub fn streamed_pipelines(plan: &Plan) -> Vec<Pipeline> {
+    let mut consumers: HashMap<&str, usize> = HashMap::new();
+    for op in plan.nodes.values() {
+        for operand in op.operands() {
+            *consumers.entry(operand).or_default() += 1;
+        }
+    }
+    // An operand straight from an input: (its input, replicated?, the shuffle
+    // that carries it).
+    let from_input = |name: &str| -> Option<(&InputDecl, bool, Option<String>)> {
+        if let Some(decl) = plan.inputs.get(name) {
+            return Some((decl, decl.placement == PlacementDecl::Replicated, None));
+        }
+        match plan.nodes.get(name)? {
+            IaOp::Shuffle { input, .. } => Some((plan.inputs.get(input)?, false, Some(name.to_string()))),
+            IaOp::Broadcast { input } => Some((plan.inputs.get(input)?, true, None)),
+            _ => None,
+        }
+    };
+    let mut claimed: HashSet<String> = HashSet::new();
+    let mut out = Vec::new();
+    for (name, op) in &plan.nodes {
+        let IaOp::LocalAggregate { input, group_by, kernel } = op else { continue };
+        let Some(join @ IaOp::LocalJoin { left, right, right_keys, .. }) = plan.nodes.get(input) else { continue };
+        let fused = matches!(kernel, KernelRef::Named { name, args } if name == "matAdd" && args.is_empty())
+            && makes_products(join)
+            && consumers.get(input.as_str()) == Some(&1)
+            && !plan.outputs.iter().any(|o| o == input);
+        let (Some(l), Some(r)) = (from_input(left), from_input(right)) else { continue };
+        if !fused || (l.1 && r.1) {
+            continue;
+        }
+        // The join's key: the left key, then the right key's dims not joined on.
+        let bounds: Vec<i64> =
+            l.0.key_bounds
+                .iter()
+                .copied()
+                .chain(r.0.key_bounds.iter().enumerate().filter(|(d, _)| !right_keys.contains(d)).map(|(_, b)| *b))
+                .collect();
+        let output_blocks =
+            group_by.iter().map(|&d| bounds.get(d).copied().unwrap_or(1).max(1) as u64).fold(1u64, u64::saturating_mul);
+        let mut take = |n: &str| claimed.insert(n.to_string()).then(|| n.to_string());
+        let operand_shuffles = [l.2, r.2].into_iter().flatten().filter_map(|s| take(&s)).collect::<Vec<_>>();
+        let output_exchanges = plan
+            .nodes
+            .iter()
+            .filter(|(_, o)| matches!(o, IaOp::Shuffle { input: x, .. } | IaOp::Broadcast { input: x } if x == name))
+            .filter_map(|(n, _)| take(n))
+            .collect();
+        out.push(Pipeline {
+            aggregate: name.clone(),
+            join: input.clone(),
+            operand_shuffles,
+            output_exchanges,
+            output_blocks,
+        });
+    }
+    out
+}
+
+/// The predicted time of a streamed pipeline from the loads of its members
+/// (see the module docs): seconds, busiest site, bounding resource.
+pub fn pipeline_seconds(
+    pipeline: &Pipeline,
     loads: &IndexMap<String, Arc<OpLoads>>,
-    exchange: &dyn Fn(&str) -> bool,
     p: &Profile,
-) -> (f64, Option<Bottleneck>) {
+) -> (f64, usize, Resource) {
+    let sites = loads.values().map(|l| l.len()).max().unwrap_or(0);
+    let sum = |names: &mut dyn Iterator<Item = &String>| -> Vec<SiteLoad> {
+        let mut total = vec![SiteLoad::default(); sites];
+        for n in names {
+            for (t, l) in total.iter_mut().zip(loads.get(n).map(|l| l.as_slice()).unwrap_or(&[])) {
+                *t += *l;
+            }
+        }
+        total
+    };
+    let operands = sum(&mut pipeline.operand_shuffles.iter());
+    let local = sum(&mut [&pipeline.join, &pipeline.aggregate].into_iter());
+    let outputs = sum(&mut pipeline.output_exchanges.iter());
+    let link = |bytes: u64| bytes as f64 / p.link_bytes_per_second;
+    let computing = local.iter().filter(|l| l.flops > 0 || l.memory_bytes > 0).count().max(1) as u64;
+    let g = pipeline.output_blocks.div_ceil(computing).max(1) as f64;
+    let mut best = (0.0, 0, Resource::Compute);
+    for site in 0..sites {
+        let (o, l, x) = (operands[site], local[site], outputs[site]);
+        let a = link(o.bytes_in).max(link(o.bytes_out));
+        let (b, _, compute) = stage_seconds(false, &[l], p);
+        let c = link(x.bytes_in).max(link(x.bytes_out));
+        let mut bound = (b, compute);
+        for (t, r) in
+            [(link(o.bytes_in + x.bytes_in), Resource::LinkIn), (link(o.bytes_out + x.bytes_out), Resource::LinkOut)]
+        {
+            if t > bound.0 {
+                bound = (t, r);
+            }
+        }
+        let fill = (a + b + c - a.max(b).max(c)) / g;
+        let t = (bound.0 + fill).min(a + b + c);
+        if t > best.0 {
+            best = (t, site, bound.1);
+        }
+    }
+    let levels = [!pipeline.operand_shuffles.is_empty(), !pipeline.output_exchanges.is_empty()];
+    best.0 += levels.iter().filter(|&&l| l).count() as f64 * p.latency_seconds;
+    best
+}
+
+/// A plan's predicted seconds and its bottleneck, from the loads of its
+/// operators: the sum of its stages, each streamed pipeline one stage (see
+/// the module docs). A plan without operators takes no time and has no
+/// bottleneck.
+pub fn plan_seconds(plan: &Plan, loads: &IndexMap<String, Arc<OpLoads>>, p: &Profile) -> (f64, Option<Bottleneck>) {
+    let pipelines = streamed_pipelines(plan);
+    let member: HashSet<&str> = pipelines
+        .iter()
+        .flat_map(|pl| pl.operand_shuffles.iter().chain(&pl.output_exchanges).chain([&pl.join, &pl.aggregate]))
+        .map(String::as_str)
+        .collect();
+    let mut stages: Vec<(String, (f64, usize, Resource))> = Vec::new();
+    for (name, l) in loads {
+        if !member.contains(name.as_str()) {
+            let exchange = matches!(plan.nodes.get(name), Some(IaOp::Shuffle { .. } | IaOp::Broadcast { .. }));
+            stages.push((name.clone(), stage_seconds(exchange, l, p)));
+        }
+    }
+    for pl in &pipelines {
+        stages.push((pl.aggregate.clone(), pipeline_seconds(pl, loads, p)));
+    }
     let mut total = 0.0;
     let mut worst: Option<Bottleneck> = None;
-    for (name, l) in loads {
-        let (t, site, resource) = stage_seconds(exchange(name), l, p);
+    for (node, (t, site, resource)) in stages {
         total += t;
         if worst.as_ref().is_none_or(|w| t > w.seconds) {
-            worst = Some(Bottleneck { node: name.clone(), site, resource, seconds: t });
+            worst = Some(Bottleneck { node, site, resource, seconds: t });
         }
     }
     (total, worst)
@@ -271,23 +450,143 @@ mod tests {
         assert_eq!((t, site, r), (4.0, 2, Resource::Compute));
     }
 
-    #[test]
-    fn a_plan_is_the_sum_of_its_stages_and_names_the_longest() {
-        let p = Profile {
+    /// Inputs X (`i`×`k` blocks) and Y (`k`×1), and the nodes given.
+    fn plan(i: u32, nodes: &str, outputs: &str) -> Plan {
+        Plan::from_json(&format!(
+            r#"{{"inputs": {{"X": {{"key_bounds": [{i}, 4], "array_bounds": [2, 2], "placement": {{"hash": [0]}}}},
+                            "Y": {{"key_bounds": [4, 1], "array_bounds": [2, 2], "placement": {{"hash": [1]}}}}}},
+                "nodes": {{{nodes}}}, "outputs": [{outputs}]}}"#
+        ))
+        .unwrap()
+    }
+
+    /// The column-partitioned matmul: both operands shuffled on `k`, a fused
+    /// matmul per site, its partial sums shuffled and added.
+    const CMM: &str = r#""SX": {"op": "shuffle", "input": "X", "dims": [1]},
+        "SY": {"op": "shuffle", "input": "Y", "dims": [0]},
+        "J": {"op": "local_join", "left": "SX", "right": "SY", "left_keys": [1], "right_keys": [0], "kernel": "matMul"},
+        "A": {"op": "local_aggregate", "input": "J", "group_by": [0, 2], "kernel": "matAdd"},
+        "P": {"op": "shuffle", "input": "A", "dims": [0]},
+        "F": {"op": "local_aggregate", "input": "P", "group_by": [0, 1], "kernel": "matAdd"}"#;
+
+    /// Loads of the CMM nodes, the same on both of 2 sites.
+    fn cmm_loads(operand_bytes: u64, partial_bytes: u64) -> IndexMap<String, Arc<OpLoads>> {
+        let mut loads = IndexMap::new();
+        let mut put = |n: &str, l: SiteLoad| loads.insert(n.to_string(), Arc::new(vec![l; 2]));
+        put("SX", load(operand_bytes, operand_bytes, 0));
+        put("SY", load(0, 0, 0));
+        put("J", load(0, 0, 30));
+        put("A", load(0, 0, 10));
+        put("P", load(partial_bytes, partial_bytes, 0));
+        put("F", load(0, 0, 10));
+        loads
+    }
+
+    fn profile(latency_seconds: f64) -> Profile {
+        Profile {
             link_bytes_per_second: 100.0,
             site_flops_per_second: 10.0,
-            memory_bytes_per_second: 1.0,
-            latency_seconds: 0.0,
+            memory_bytes_per_second: 1e9,
+            latency_seconds,
             bytes_per_float: 4,
-        };
+        }
+    }
+
+    #[test]
+    fn a_plan_is_the_sum_of_its_stages_and_names_the_longest() {
+        let nodes = r#""s": {"op": "shuffle", "input": "X", "dims": [1]},
+            "j": {"op": "local_join", "left": "s", "right": "Y", "left_keys": [1], "right_keys": [0], "kernel": "matMul"}"#;
+        let plan = plan(8, nodes, r#""j""#);
         let mut loads = IndexMap::new();
         loads.insert("s".to_string(), Arc::new(vec![load(100, 0, 0), load(0, 100, 0)]));
         loads.insert("j".to_string(), Arc::new(vec![load(0, 0, 20), load(0, 0, 30)]));
-        let (t, b) = plan_seconds(&loads, &|n| n == "s", &p);
+        let (t, b) = plan_seconds(&plan, &loads, &profile(0.0));
         assert_eq!(t, 4.0);
         let b = b.unwrap();
         assert_eq!((b.node.as_str(), b.site, b.resource, b.seconds), ("j", 1, Resource::Compute, 3.0));
-        assert_eq!(plan_seconds(&IndexMap::new(), &|_| false, &p), (0.0, None));
+        assert_eq!(plan_seconds(&plan, &IndexMap::new(), &profile(0.0)), (0.0, None));
+    }
+
+    #[test]
+    fn a_streamed_matmul_overlaps_its_operand_and_partial_sum_shuffles_with_its_gemms() {
+        // 8 output blocks over 2 computing sites: g = 4 per site.
+        let plan = plan(8, CMM, r#""F""#);
+        let pipelines = streamed_pipelines(&plan);
+        assert_eq!(
+            pipelines,
+            vec![Pipeline {
+                aggregate: "A".into(),
+                join: "J".into(),
+                operand_shuffles: vec!["SX".into(), "SY".into()],
+                output_exchanges: vec!["P".into()],
+                output_blocks: 8,
+            }]
+        );
+        // Per site: operands 1 s, GEMMs and folds 4 s, partial sums 1 s; the
+        // link carries 2 s each way, so the GEMMs bound the pipeline, plus a
+        // fill and drain of (1 + 1) / 4. Then the final sum, 1 s.
+        let (t, b) = plan_seconds(&plan, &cmm_loads(100, 100), &profile(0.0));
+        assert_eq!(t, 4.5 + 1.0);
+        let b = b.unwrap();
+        assert_eq!((b.node.as_str(), b.resource, b.seconds), ("A", Resource::Compute, 4.5));
+        // Link-bound: 5 s of operands and 3 s of partial sums share the
+        // incoming link (8 s), plus (5 + 4 + 3 − 5) / 4.
+        let (t, b) = plan_seconds(&plan, &cmm_loads(500, 300), &profile(0.0));
+        assert_eq!(t, 9.75 + 1.0);
+        assert_eq!(b.unwrap().resource, Resource::LinkIn);
+        // One latency per level of exchange (operands, partial sums), not
+        // one per exchange.
+        let (t, _) = plan_seconds(&plan, &cmm_loads(100, 100), &profile(0.5));
+        assert_eq!(t, 4.5 + 1.0 + 2.0 * 0.5);
+    }
+
+    #[test]
+    fn a_pipeline_of_one_block_per_site_takes_what_its_stages_take_in_turn() {
+        // 2 output blocks over 2 sites: the first block's members are all
+        // the operands, its partial sum leaves after all the GEMMs.
+        let plan = plan(2, CMM, r#""F""#);
+        assert_eq!(streamed_pipelines(&plan)[0].output_blocks, 2);
+        let (t, _) = plan_seconds(&plan, &cmm_loads(100, 100), &profile(0.0));
+        assert_eq!(t, 1.0 + 4.0 + 1.0 + 1.0);
+    }
+
+    #[test]
+    fn a_matmul_the_runtime_does_not_stream_is_priced_stage_by_stage() {
+        let sequential = 1.0 + 0.0 + 3.0 + 1.0 + 1.0 + 1.0;
+        // The join is an output too: not fused, not streamed.
+        let unfused = plan(8, CMM, r#""F", "J""#);
+        assert!(streamed_pipelines(&unfused).is_empty());
+        assert_eq!(plan_seconds(&unfused, &cmm_loads(100, 100), &profile(0.0)).0, sequential);
+        // An operand computed by a local operator: its keys are not known
+        // before it runs.
+        let nodes = format!(
+            r#""M": {{"op": "local_map", "input": "Y", "kernel": "relu"}}, {}"#,
+            CMM.replace(r#""input": "Y", "dims""#, r#""input": "M", "dims""#)
+        );
+        let mapped = plan(8, &nodes, r#""F""#);
+        assert!(streamed_pipelines(&mapped).is_empty());
+        // Not a sum of products: a max of them.
+        let max = plan(
+            8,
+            &CMM.replace(r#""group_by": [0, 2], "kernel": "matAdd""#, r#""group_by": [0, 2], "kernel": "max""#),
+            r#""F""#,
+        );
+        assert!(streamed_pipelines(&max).is_empty());
+        assert_eq!(plan_seconds(&max, &cmm_loads(100, 100), &profile(0.0)).0, sequential);
+    }
+
+    #[test]
+    fn a_broadcast_operand_is_not_overlapped_and_two_replicated_operands_are_not_streamed() {
+        let bmm = CMM.replace(r#""op": "shuffle", "input": "Y", "dims": [0]"#, r#""op": "broadcast", "input": "Y""#);
+        let pipelines = streamed_pipelines(&plan(8, &bmm, r#""F""#));
+        assert_eq!(pipelines.len(), 1);
+        assert_eq!(pipelines[0].operand_shuffles, vec!["SX".to_string()]);
+        let mut loads = cmm_loads(100, 100);
+        loads.insert("SY".into(), Arc::new(vec![load(200, 200, 0); 2]));
+        // The broadcast's 2 s before the pipeline of 4.5 s, then the sum.
+        assert_eq!(plan_seconds(&plan(8, &bmm, r#""F""#), &loads, &profile(0.0)).0, 2.0 + 4.5 + 1.0);
+        let both = bmm.replace(r#""op": "shuffle", "input": "X", "dims": [1]"#, r#""op": "broadcast", "input": "X""#);
+        assert!(streamed_pipelines(&plan(8, &both, r#""F""#)).is_empty());
     }
 
     #[test]
