@@ -15,7 +15,7 @@ use crate::program::{IaOp, Plan};
 use crate::KernelRef;
 use egg::Language;
 use indexmap::IndexMap;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 
 /// The label of a plan whose local joins use `strategy` (in plan order).
 pub fn plan_label(plan: &Plan, strategy: &[JoinStrategy]) -> String {
@@ -31,14 +31,31 @@ pub fn plan_label(plan: &Plan, strategy: &[JoinStrategy]) -> String {
     }
 }
 
+/// The rule that first built each e-node, keyed by the node with canonical
+/// children: built once per optimization and read for every alternative.
+pub struct Origins(rustc_hash::FxHashMap<Ia, &'static str>);
+
+impl Origins {
+    /// The origins of the nodes of `eg`, as its analysis recorded them.
+    pub fn of(eg: &TraEGraph) -> Origins {
+        let mut canon = rustc_hash::FxHashMap::default();
+        canon.reserve(eg.analysis.origins.len());
+        for (n, r) in &eg.analysis.origins {
+            canon.entry(n.clone().map_children(|c| eg.find(c))).or_insert(*r);
+        }
+        Origins(canon)
+    }
+
+    /// The rule that first built the node with these (canonical) children.
+    pub fn get(&self, node: &Ia) -> Option<&'static str> {
+        self.0.get(node).copied()
+    }
+}
+
 /// For every operator of `plan` (as [`ExtractedPlan::to_plan`] names them),
 /// the rule that first built it. Operators no rule built (an output's alias)
 /// are absent.
-pub fn built_by(eg: &TraEGraph, extracted: &ExtractedPlan, plan: &Plan) -> IndexMap<String, String> {
-    let mut canon: HashMap<Ia, &'static str> = HashMap::new();
-    for (n, r) in &eg.analysis.origins {
-        canon.entry(n.clone().map_children(|c| eg.find(c))).or_insert(r);
-    }
+pub fn built_by(eg: &TraEGraph, origins: &Origins, extracted: &ExtractedPlan, plan: &Plan) -> IndexMap<String, String> {
     // `to_plan` makes one named operator per P operator of the expression, in
     // expression order; aliases of outputs come after them.
     let ops = extracted.expr.as_ref().iter().filter(|n| {
@@ -47,7 +64,7 @@ pub fn built_by(eg: &TraEGraph, extracted: &ExtractedPlan, plan: &Plan) -> Index
     let mut out = IndexMap::new();
     for (node, name) in ops.zip(plan.nodes.keys()) {
         let key = node.clone().map_children(|x| eg.find(extracted.classes[usize::from(x)]));
-        if let Some(rule) = canon.get(&key) {
+        if let Some(rule) = origins.get(&key) {
             out.insert(name.clone(), rule.to_string());
         }
     }

@@ -341,7 +341,7 @@ pub struct TraAnalysis {
     /// Input declarations by name.
     pub inputs: IndexMap<String, InputDecl>,
     /// For each node as first added (children as they were then): the rule that added it.
-    pub origins: IndexMap<Ia, &'static str>,
+    pub origins: IndexMap<Ia, &'static str, rustc_hash::FxBuildHasher>,
     /// An optional value oracle (tests).
     pub oracle: Option<Arc<dyn ValueOracle>>,
     /// The oracle's value of each class.
@@ -392,7 +392,7 @@ impl TraAnalysis {
         TraAnalysis {
             sites,
             inputs,
-            origins: IndexMap::new(),
+            origins: IndexMap::default(),
             oracle: None,
             values: HashMap::new(),
             check_merges: true,

@@ -435,6 +435,7 @@ fn attempt(
         cost_sets.push(NodeCosts::new(&eg, weights));
     }
     let mut scorer = Scorer::new(cluster.sites, cluster.profile());
+    let origins = crate::describe::Origins::of(&eg);
     let mut alternatives: Vec<(Alternative, ExtractedPlan, Vec<SiteLoad>)> = Vec::new();
     let mut seen: Vec<Plan> = Vec::new();
     for (wi, costs) in cost_sets.iter().enumerate() {
@@ -477,20 +478,20 @@ fn attempt(
             if let Some(i) = alternatives.iter().position(|(a, _, _)| a.strategy == strategy) {
                 if cost.key() < alternatives[i].0.cost.key() {
                     let label = label(&eg, &extracted, &strategy);
-                    let built_by = crate::describe::built_by(&eg, &extracted, &plan);
+                    let built_by = crate::describe::built_by(&eg, &origins, &extracted, &plan);
                     alternatives[i] = (Alternative { label, strategy, plan, cost, built_by }, extracted, sites);
                 }
                 continue;
             }
             let label = label(&eg, &extracted, &strategy);
-            let built_by = crate::describe::built_by(&eg, &extracted, &plan);
+            let built_by = crate::describe::built_by(&eg, &origins, &extracted, &plan);
             alternatives.push((Alternative { label, strategy, plan, cost, built_by }, extracted, sites));
         }
     }
     alternatives.sort_by(|a, b| a.0.cost.key().partial_cmp(&b.0.cost.key()).unwrap_or(std::cmp::Ordering::Equal));
     let (chosen, chosen_expr, site_loads) = alternatives[0].clone();
 
-    let rules_applied = rules_applied(&eg, &chosen_expr);
+    let rules_applied = rules_applied(&eg, &origins, &chosen_expr);
     Ok(OptimizeAnswer {
         plan: chosen.plan.clone(),
         cost: chosen.cost.clone(),
@@ -564,19 +565,15 @@ impl Scorer {
 }
 
 /// The rules that first built the nodes of a plan, in plan order, without repeats.
-fn rules_applied(eg: &TraEGraph, plan: &ExtractedPlan) -> Vec<String> {
-    let mut canon: std::collections::HashMap<Ia, &'static str> = std::collections::HashMap::new();
-    for (n, r) in &eg.analysis.origins {
-        canon.entry(n.clone().map_children(|c| eg.find(c))).or_insert(r);
-    }
+fn rules_applied(eg: &TraEGraph, origins: &crate::describe::Origins, plan: &ExtractedPlan) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
-    for (n, _) in plan.expr.as_ref().iter().zip(&plan.classes) {
+    for n in plan.expr.as_ref() {
         if matches!(n, Ia::Param(_)) {
             continue;
         }
         let key = n.clone().map_children(|x| eg.find(plan.classes[usize::from(x)]));
-        if let Some(r) = canon.get(&key) {
-            if *r != "program" && !out.iter().any(|x| x == r) {
+        if let Some(r) = origins.get(&key) {
+            if r != "program" && !out.iter().any(|x| x == r) {
                 out.push(r.to_string());
             }
         }
