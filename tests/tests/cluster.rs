@@ -3,12 +3,13 @@
 //! processes over loopback TCP (2 × 1, 3 × 1 and 2 × 2 sites) and on the
 //! thread runtime. Physical outputs must be equal bit for bit, site by site
 //! (replicated tuples included), floats moved equal per exchange and equal to
-//! the optimizer's prediction, and a plan that fails on threads must fail
-//! with the same error on the cluster.
+//! the optimizer's prediction, the fused matmuls the cluster runtime streams
+//! exactly those the time model prices as streamed, and a plan that fails on
+//! threads must fail with the same error on the cluster.
 
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use tra_executor::cluster::{run_loopback, ClusterRun};
 use tra_executor::reference::AnyLayout;
 use tra_executor::threads::{PhysValue, RunOptions, TRelation, ThreadRun, ThreadRuntime};
@@ -52,6 +53,8 @@ fn same(tag: &str, want: &PhysValue<f64>, got: &PhysValue<f64>) -> Result<(), St
     Ok(())
 }
 
+/// Runs `plan` on threads and on the cluster and compares them; the number
+/// of fused matmuls the cluster runtime streamed.
 fn check(
     tag: &str,
     plan: &Plan,
@@ -60,7 +63,7 @@ fn check(
     inputs: &BTreeMap<String, TRelation<f64>>,
     layout: AnyLayout,
     rt: &ThreadRuntime<f64>,
-) {
+) -> usize {
     let sites = processes * workers;
     let want: Result<ThreadRun<f64>, String> =
         rt.run(plan, sites, inputs, &RunOptions { layout, ..RunOptions::default() }).map_err(|e| e.to_string());
@@ -78,8 +81,23 @@ fn check(
             for (n, m) in &got.floats_moved {
                 assert_eq!(report[n].network_floats, *m, "{tag}: {n}: measured floats differ from the prediction");
             }
+            // The time model prices a streamed pipeline by overlap: it must
+            // be one the runtime really streams, and the other way round.
+            let priced: BTreeSet<String> =
+                tra_optimizer::time::streamed_pipelines(plan).into_iter().map(|p| p.aggregate).collect();
+            let ran: BTreeSet<String> = got.nodes.iter().filter(|n| n.streamed).map(|n| n.name.clone()).collect();
+            assert_eq!(
+                priced,
+                ran,
+                "{tag}: the time model prices these as streamed (left), the cluster runtime streamed those (right)\n{}",
+                plan.to_sexpr()
+            );
+            ran.len()
         }
-        (Err(w), Err(g)) => assert_eq!(w, g, "{tag}: different errors\n{}", plan.to_sexpr()),
+        (Err(w), Err(g)) => {
+            assert_eq!(w, g, "{tag}: different errors\n{}", plan.to_sexpr());
+            0
+        }
         (Ok(_), Err(e)) => panic!("{tag}: the cluster fails: {e}\n{}", plan.to_sexpr()),
         (Err(e), Ok(_)) => panic!("{tag}: threads fail ({e}), the cluster does not\n{}", plan.to_sexpr()),
     }
@@ -90,7 +108,7 @@ fn random_programs_on_the_cluster_equal_threads() {
     let rt = ThreadRuntime::<f64>::with_threads(1);
     let rules = tra_rules::all();
     let limits = Limits { nodes: 20_000, time: std::time::Duration::from_secs(5), ..Limits::default() };
-    let mut runs = 0;
+    let (mut runs, mut streamed) = (0, 0);
     for seed in 0..100u64 {
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
         let p = random_program(&mut rng, GenOptions { max_nodes: if seed % 3 == 0 { 8 } else { 5 }, sites: 3 });
@@ -101,7 +119,7 @@ fn random_programs_on_the_cluster_equal_threads() {
         q.cluster = Some(Cluster { sites, ..p.cluster() });
         let layout = AnyLayout::Seeded(seed ^ 5);
         let typed = check_program(&q).unwrap();
-        check(
+        streamed += check(
             &format!("seed {seed}, {processes}×{workers}, Table-1 plan"),
             &compile(&q, &typed),
             processes,
@@ -112,7 +130,7 @@ fn random_programs_on_the_cluster_equal_threads() {
         );
         let answer = optimize(&q, &rules, &limits).unwrap();
         for (i, alt) in answer.alternatives.iter().enumerate() {
-            check(
+            streamed += check(
                 &format!("seed {seed}, {processes}×{workers}, alternative {i} ({})", alt.label),
                 &alt.plan,
                 processes,
@@ -125,4 +143,43 @@ fn random_programs_on_the_cluster_equal_threads() {
         }
     }
     assert!(runs >= 24);
+    eprintln!("{runs} alternatives run, {streamed} streamed fused matmuls");
+}
+
+/// The matmul shapes of the benchmarks (square, a common large dimension,
+/// two large dimensions, thin, hashed inputs), small: every alternative on
+/// the cluster, where the streamed pipelines must be the ones the time model
+/// prices by overlap (`check`), and some must stream.
+#[test]
+fn every_matmul_alternative_streams_what_the_time_model_prices_as_streamed() {
+    let rt = ThreadRuntime::<f64>::with_threads(1);
+    let rules = tra_rules::all();
+    let shapes: [([u32; 2], [u32; 2], &str); 5] = [
+        ([4, 4], [4, 4], ""),
+        ([2, 8], [8, 2], ""),
+        ([8, 2], [2, 8], ""),
+        ([8, 4], [4, 1], ""),
+        ([2, 6], [6, 2], r#", "placement": {"hash": [1]}"#),
+    ];
+    let mut streamed = 0;
+    for (i, (x, y, placement)) in shapes.iter().enumerate() {
+        for (processes, model) in [(2, "network"), (3, "time")] {
+            let p = Program::from_json(&format!(
+                r#"{{"inputs": {{"X": {{"key_bounds": {x:?}, "array_bounds": [3, 2]{placement}}},
+                                 "Y": {{"key_bounds": {y:?}, "array_bounds": [2, 3]{placement}}}}},
+                    "nodes": {{"XY": {{"op": "join", "left": "X", "right": "Y", "left_keys": [1],
+                                       "right_keys": [0], "kernel": "matMul"}},
+                               "Z": {{"op": "aggregate", "input": "XY", "group_by": [0, 2], "kernel": "matAdd"}}}},
+                    "outputs": ["Z"], "cluster": {{"sites": {processes}, "cost_model": "{model}"}}}}"#
+            ))
+            .unwrap();
+            let inputs = inputs_for(&p, i as u64, &rt);
+            let answer = optimize(&p, &rules, &Limits::default()).unwrap();
+            for alt in &answer.alternatives {
+                let tag = format!("shape {x:?}·{y:?}{placement}, {processes} processes, {}", alt.label);
+                streamed += check(&tag, &alt.plan, processes, 1, &inputs, AnyLayout::Seeded(i as u64), &rt);
+            }
+        }
+    }
+    assert!(streamed >= 5, "only {streamed} alternatives streamed: the comparison would prove little");
 }

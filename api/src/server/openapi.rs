@@ -337,7 +337,7 @@ pub fn document(config: &ServerConfig) -> Value {
                 "timings_ms": {"type": "object", "additionalProperties": {"type": "number"},
                     "description": "Wall time of the whole execution (`total`) and of every operator, by node name (a join fused into its aggregation is counted there)"},
                 "operators": {"type": "array", "items": {"type": "object"},
-                    "description": "Per operator, in execution order: name, op, wall_ms, site_ms, floats_moved, tuples, fused_into"},
+                    "description": "Per operator, in execution order: name, op, wall_ms, site_ms, floats_moved, tuples, fused_into, and streamed (true for a fused matmul the cluster runtime ran streamed, its operand exchanges overlapping its GEMMs; absent otherwise)"},
                 "optimize_ms": {"type": "number"},
                 "measured_seconds": {"type": "number",
                     "description": "The measured wall time of the run in seconds (`timings_ms.total` / 1000), to set beside the prediction `cost.seconds`"},

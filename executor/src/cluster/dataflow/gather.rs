@@ -238,6 +238,7 @@ pub(super) fn finish<T: Elem>(p: &Proc<T>, c: Collected<T>, wall_ms: f64) -> Res
             floats_moved: exchange.then_some(moved[i]),
             tuples: step.skip.is_none().then_some(tuples[i]),
             fused_into: step.skip.clone(),
+            streamed: !c.reports.is_empty() && c.reports.iter().all(|r| r.steps.get(i).is_some_and(|s| s.streamed)),
         });
     }
     let mut written: BTreeMap<String, Written> = BTreeMap::new();

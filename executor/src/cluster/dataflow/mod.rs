@@ -265,6 +265,10 @@ struct StepStat {
     last_ns: u64,
     /// An exchange: payload bytes sent to other processes.
     wire_bytes: u64,
+    /// A fused matmul that ran streamed on this site (its output blocks
+    /// computed as their members arrived).
+    #[serde(default)]
+    streamed: bool,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -625,7 +629,10 @@ fn build<'s, T: Elem>(
                         unreachable!("fused with a join")
                     };
                     match stream_plan(p, i, me) {
-                        Some(plan) => streamed_matmul(p, me, i, get(left), get(right), plan, &report),
+                        Some(plan) => {
+                            report.borrow_mut().steps[i].streamed = true;
+                            streamed_matmul(p, me, i, get(left), get(right), plan, &report)
+                        }
                         None => binary_local(p, me, i, get(left), get(right), &report),
                     }
                 } else if concat_kernel(&step.name, kernel).ok().flatten().is_some() {

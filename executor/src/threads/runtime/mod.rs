@@ -115,6 +115,11 @@ pub struct NodeStats {
     /// The node this one was fused into (its time is counted there).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fused_into: Option<String>,
+    /// A fused matmul that the cluster runtime streamed on every site: its
+    /// output blocks computed as their members arrived, the exchanges of its
+    /// operands overlapping its GEMMs (never on the thread runtime).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub streamed: bool,
 }
 
 /// What a run measured.
@@ -388,6 +393,7 @@ impl<T: Elem> ThreadRuntime<T> {
                 floats_moved: moved,
                 tuples,
                 fused_into: fused_join.get(&step.name).cloned(),
+                streamed: false,
             });
         }
         let pool = self.pool.stats();
