@@ -219,42 +219,34 @@ impl OpenBlas {
         let (m, n, k, lda, ldb, ldc) = (int(m)?, int(n)?, int(k)?, int(lda)?, int(ldb)?, int(ldc)?);
         let ta = if trans.0 { CBLAS_TRANS } else { CBLAS_NO_TRANS };
         let tb = if trans.1 { CBLAS_TRANS } else { CBLAS_NO_TRANS };
+        // One call of `cblas_sgemm` or `cblas_dgemm` (the literals take the
+        // element type of the function).
+        macro_rules! cblas {
+            ($f:expr) => {
+                $f(
+                    CBLAS_ROW_MAJOR,
+                    ta,
+                    tb,
+                    m,
+                    n,
+                    k,
+                    1.0,
+                    a.cast(),
+                    lda,
+                    b.cast(),
+                    ldb,
+                    if accumulate { 1.0 } else { 0.0 },
+                    c.cast(),
+                    ldc,
+                )
+            };
+        }
         // SAFETY: by the caller's contract; T's dtype says which of the two
         // element types the pointers are.
         unsafe {
             match T::DTYPE {
-                Dtype::F32 => (self.sgemm)(
-                    CBLAS_ROW_MAJOR,
-                    ta,
-                    tb,
-                    m,
-                    n,
-                    k,
-                    1.0,
-                    a.cast(),
-                    lda,
-                    b.cast(),
-                    ldb,
-                    if accumulate { 1.0 } else { 0.0 },
-                    c.cast(),
-                    ldc,
-                ),
-                Dtype::F64 => (self.dgemm)(
-                    CBLAS_ROW_MAJOR,
-                    ta,
-                    tb,
-                    m,
-                    n,
-                    k,
-                    1.0,
-                    a.cast(),
-                    lda,
-                    b.cast(),
-                    ldb,
-                    if accumulate { 1.0 } else { 0.0 },
-                    c.cast(),
-                    ldc,
-                ),
+                Dtype::F32 => cblas!(self.sgemm),
+                Dtype::F64 => cblas!(self.dgemm),
             }
         }
         Some(())
