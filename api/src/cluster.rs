@@ -139,7 +139,8 @@ pub fn worker_command(args: WorkerArgs) -> Result<(), String> {
         return Err("tra worker needs --process I and --hosts FILE".into());
     };
     // The GEMM its job processes will use (logged), or the error that it is missing.
-    tra_executor::threads::kernels::gemm_backend().map_err(|e| format!("worker {process}: {e}"))?;
+    let gemm = tra_executor::threads::kernels::gemm_backend().map_err(|e| format!("worker {process}: {e}"))?;
+    tracing::info!(process, "matrix products: {}", gemm.describe());
     let hosts = agent::read_hosts(&hosts_file)?;
     let secret = cluster_secret(args.secret_file.as_deref(), &hosts_file)?;
     let dirs = if args.data_dirs.is_empty() {

@@ -158,6 +158,7 @@ def main():
         "cold_speedup_over_dask": med["dask_cold"] / med["tra_cold"],
         "dask_warm_over_numpy": med["dask_warm"] / med["numpy"],
         "tra_plan": summary and summary.get("strategy"),
+        "tra_gemm": summary and summary.get("gemm"),
         "tra_warm_timings_ms": summary and summary.get("timings_ms"),
         "tra_network_floats": summary and [summary.get("network_floats_measured"), summary.get("network_floats_predicted")],
         "wire": wire,

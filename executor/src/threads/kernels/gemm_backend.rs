@@ -366,19 +366,10 @@ impl GemmBackend {
 static CHOSEN: OnceLock<Result<GemmBackend, GemmError>> = OnceLock::new();
 static BUILTIN: GemmBackend = GemmBackend::Builtin;
 
-/// The GEMM of this process, chosen by `TRA_GEMM` on the first call (and
-/// logged at info level); the error when OpenBLAS was asked for and does not
+/// The GEMM of this process, chosen by `TRA_GEMM` on the first call; the error when OpenBLAS was asked for and does not
 /// load, or the setting is unknown. The runtimes call this where they start.
 pub fn gemm_backend() -> Result<&'static GemmBackend, GemmError> {
-    let chosen = CHOSEN.get_or_init(|| {
-        let chosen = GemmRequest::from_env().and_then(GemmBackend::select);
-        match &chosen {
-            Ok(b) => tracing::info!("matrix products: {}", b.describe()),
-            Err(e) => tracing::error!("{e}"),
-        }
-        chosen
-    });
-    chosen.as_ref().map_err(Clone::clone)
+    CHOSEN.get_or_init(|| GemmRequest::from_env().and_then(GemmBackend::select)).as_ref().map_err(Clone::clone)
 }
 
 /// The GEMM the kernels call: [`gemm_backend`]'s, or the built-in one when
