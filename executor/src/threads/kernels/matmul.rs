@@ -1,4 +1,4 @@
-//! Matrix products through the chosen GEMM ([`super::gemm_backend`]: the
+//! Matrix products through the chosen GEMM ([`super::gemm_backend()`]: the
 //! system's OpenBLAS or the `gemm` crate), into or accumulating into the
 //! output (`C += A·B`), one call or parallel over row panels.
 

@@ -15,7 +15,7 @@
 //!   touches `2n` elements, not `2n²`.
 //! - **Matrix products** go to the system's OpenBLAS when it is installed,
 //!   else to the `gemm` crate (AVX-512 kernels with its `x86-v4` feature,
-//!   chosen at run time); `TRA_GEMM` chooses ([`gemm_backend`]). Each call
+//!   chosen at run time); `TRA_GEMM` chooses ([`gemm_backend()`]). Each call
 //!   is single-threaded; the executor parallelises over output blocks. [`matmul_into`] accumulates
 //!   into the output (`C += A·B`), which the executor uses to sum over a
 //!   join's contracted key without separate block additions.
