@@ -24,7 +24,9 @@
 //! with threading (`USE_THREAD=1`, Debian's `libopenblas0-pthread`, which
 //! then also takes its buffer-allocation locks) or with `USE_LOCKING=1`;
 //! a serial build without locking shares buffers between concurrent calls
-//! unguarded. The package to install is therefore `libopenblas0-pthread`.
+//! unguarded, and a serial build does not say whether it locks, so a serial
+//! build (`openblas_get_parallel() == 0`) is refused (`auto` then takes the
+//! built-in GEMM). The package to install is therefore `libopenblas0-pthread`.
 //! OpenBLAS's integers are 32-bit (the `64_`-suffixed ILP64 builds are other
 //! libraries): a product with a dimension past `i32::MAX` goes to the built-in
 //! GEMM.
@@ -167,6 +169,18 @@ impl OpenBlas {
             let set_threads = *lib
                 .get::<unsafe extern "C" fn(c_int)>(b"openblas_set_num_threads\0")
                 .map_err(missing("openblas_set_num_threads"))?;
+            // A serial build takes no locks unless it was built with
+            // USE_LOCKING=1, which it does not report: calls from several
+            // kernel threads could share its buffers. Refused.
+            if let Ok(parallel) = lib.get::<unsafe extern "C" fn() -> c_int>(b"openblas_get_parallel\0") {
+                if parallel() == 0 {
+                    return Err(format!(
+                        "{name} is a serial build of OpenBLAS (openblas_get_parallel() = 0), not safe to call from \
+                         several threads at once unless built with USE_LOCKING=1, which it does not report; install \
+                         the threaded build (Debian: libopenblas0-pthread)"
+                    ));
+                }
+            }
             set_threads(1);
             let config = match lib.get::<unsafe extern "C" fn() -> *const c_char>(b"openblas_get_config\0") {
                 Ok(get) => {
