@@ -204,6 +204,25 @@ fn settings_parse_and_a_missing_library_is_named() {
     }
 }
 
+#[test]
+fn a_serial_openblas_is_refused() {
+    // Debian's serial build (libopenblas0-serial; CI installs it beside the
+    // threaded one, which stays libopenblas.so.0): it does not say whether it
+    // locks, so several kernel threads must not call it at once.
+    let serial = "/usr/lib/x86_64-linux-gnu/openblas-serial/libopenblas.so.0";
+    if !std::path::Path::new(serial).exists() {
+        assert!(
+            std::env::var_os("TRA_REQUIRE_OPENBLAS").is_none(),
+            "TRA_REQUIRE_OPENBLAS is set but {serial} is missing"
+        );
+        println!("skipped: {serial} is not installed");
+        return;
+    }
+    let e = GemmBackend::select_from(GemmRequest::OpenBlas, &[serial]).unwrap_err().to_string();
+    assert!(e.contains(serial) && e.contains("serial build"), "{e}");
+    assert_eq!(GemmBackend::select_from(GemmRequest::Auto, &[serial]).unwrap().name(), "builtin");
+}
+
 /// Run [`gemm_choice_in_this_process`] in a process of its own with `env`.
 fn child(env: &[(&str, &str)]) {
     let mut cmd = Command::new(std::env::current_exe().unwrap());
