@@ -19,7 +19,9 @@
 //!   against one broadcast block, ~2.5 GFLOP per site. Each site's flops are
 //!   known exactly ([`tra_optimizer::loads`]); its rate is those flops over
 //!   the time the site spent in the operator, and the profile takes the
-//!   median site.
+//!   median site. The rate is that of the GEMM the job processes use (the
+//!   system's OpenBLAS or the built-in one, `TRA_GEMM`), which is reported
+//!   with it.
 //! - **Memory**: a site-local aggregation with `matAdd` (an element-wise
 //!   kernel, ~one flop per 12 bytes) of `--block`² blocks, 64 MiB of them per
 //!   site in groups of 8 (fewer for blocks over 8 MiB). Each site's bytes read and written by its kernel
@@ -88,6 +90,9 @@ pub struct Calibration {
     pub profile: Profile,
     /// Per-site GEMM rates of the best run, flops per second.
     pub site_flops_per_second: Vec<f64>,
+    /// The GEMM that rate was measured with (process 0's: OpenBLAS or the
+    /// built-in one, `TRA_GEMM`).
+    pub gemm: String,
     /// Per-site memory rates of the best run (a `matAdd` aggregation), bytes
     /// per second.
     pub memory_bytes_per_second: Vec<f64>,
@@ -154,6 +159,8 @@ impl Drop for Files {
 struct Runner<'a> {
     target: &'a Target,
     files: Files,
+    /// The GEMM of the last job's process 0.
+    gemm: String,
 }
 
 impl Runner<'_> {
@@ -227,13 +234,15 @@ impl Runner<'_> {
         Ok(best)
     }
 
-    fn run(&self, spec: &JobSpec) -> Result<JobReport, String> {
+    fn run(&mut self, spec: &JobSpec) -> Result<JobReport, String> {
         let timeout = Duration::from_secs(300);
-        match self.target {
+        let r = match self.target {
             Target::Local { .. } => supervise::run_local(spec, &Launcher::current_tra()?, timeout, &|| None, |_| {}),
             Target::Hosts { hosts, secret } => agent::run_hosts(spec, hosts, secret, timeout),
         }
-        .map_err(|e| format!("calibration run failed: {e}"))
+        .map_err(|e| format!("calibration run failed: {e}"))?;
+        self.gemm.clone_from(&r.gemm);
+        Ok(r)
     }
 }
 
@@ -275,7 +284,8 @@ pub fn calibrate(args: &CalibrateArgs) -> Result<Calibration, String> {
     };
     let dir = std::path::absolute(&dir).map_err(|e| format!("--dir {}: {e}", dir.display()))?;
     let start = Instant::now();
-    let mut runner = Runner { target: &target, files: Files { dir, made: Vec::new(), remove_dir } };
+    let mut runner =
+        Runner { target: &target, files: Files { dir, made: Vec::new(), remove_dir }, gemm: String::new() };
 
     // GEMM: ~2.5 GFLOP per site, each block of A times one broadcast block.
     let per_site = (2.5e9 / (2.0 * (b as f64).powi(3))).ceil().clamp(2.0, 512.0) as usize;
@@ -288,6 +298,7 @@ pub fn calibrate(args: &CalibrateArgs) -> Result<Calibration, String> {
         "outputs": ["C"]}))?;
     let best_rates = runner.site_rates(&gemm, "C", reps, |l| l.flops)?;
     let site_flops = median(&best_rates);
+    let gemm_backend = runner.gemm.clone();
 
     // Memory: a matAdd aggregation (element-wise: bound by the bytes its
     // calls read and write, not by its flops), 64 MiB of blocks per site in
@@ -365,6 +376,7 @@ pub fn calibrate(args: &CalibrateArgs) -> Result<Calibration, String> {
     Ok(Calibration {
         profile,
         site_flops_per_second: best_rates,
+        gemm: gemm_backend,
         memory_bytes_per_second: memory_rates,
         seconds: start.elapsed().as_secs_f64(),
     })

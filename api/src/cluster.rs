@@ -138,6 +138,9 @@ pub fn worker_command(args: WorkerArgs) -> Result<(), String> {
     let (Some(process), Some(hosts_file)) = (args.process, args.hosts) else {
         return Err("tra worker needs --process I and --hosts FILE".into());
     };
+    // The GEMM its job processes will use (logged), or the error that it is missing.
+    let gemm = tra_executor::threads::kernels::gemm_backend().map_err(|e| format!("worker {process}: {e}"))?;
+    tracing::info!(process, "matrix products: {}", gemm.describe());
     let hosts = agent::read_hosts(&hosts_file)?;
     let secret = cluster_secret(args.secret_file.as_deref(), &hosts_file)?;
     let dirs = if args.data_dirs.is_empty() {
@@ -543,6 +546,7 @@ fn summary(
         "sites": sites,
         "threads_per_process": spec.threads,
         "dtype": job.dtype,
+        "gemm": job.gemm,
         "plan": spec.plan.to_sexpr(),
         "strategy": ran.label,
         "chosen_strategy": answer.alternatives.first().map(|a| a.label.clone()),

@@ -235,6 +235,7 @@ fn run(cli: Cli) -> Result<(), String> {
         }
         Command::Calibrate { args, verbose } => {
             let c = tra_api::calibrate::calibrate(&args)?;
+            eprintln!("GEMM: {}", c.gemm);
             if verbose {
                 eprintln!(
                     "per-site GEMM flops/s: {:?}; per-site memory bytes/s: {:?}; calibration took {:.1} s",

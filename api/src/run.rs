@@ -547,6 +547,7 @@ fn run_typed<T: Elem>(c: &Ctx<'_>) -> Result<serde_json::Value, String> {
         "sites": sites,
         "threads": rt.threads(),
         "dtype": T::DTYPE.name(),
+        "gemm": run.report.gemm,
         "plan": plan.to_sexpr(),
         "strategy": c.chosen.label,
         "network_floats_measured": measured,

@@ -129,6 +129,8 @@ fn calibrate_prints_a_profile_that_optimize_takes() {
         assert!(profile[f].as_f64().unwrap() > 0.0, "{f}: {out}");
     }
     assert_eq!(profile["bytes_per_float"], 4);
+    // The GEMM the rate was measured with.
+    assert!(err.contains("GEMM: openblas") || err.contains("GEMM: builtin"), "{err}");
     let path = std::env::temp_dir().join(format!("tra-profile-{}.json", std::process::id()));
     std::fs::write(&path, &out).unwrap();
     let (ok, out, err) = tra(&[

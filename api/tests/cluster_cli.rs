@@ -663,3 +663,27 @@ fn processes_lay_out_each_output_as_threads_do() {
     assert!(text.contains("as predicted") && text.contains("procs-Z.npy  dense (32, 20)"), "{text}");
     assert!(text.contains("procs-S.npy  relation (4, 8, 5)"), "{text}");
 }
+
+#[test]
+fn the_gemm_is_reported_and_a_missing_openblas_is_a_clear_error() {
+    let dir = TempDir::new("cli-cluster-gemm");
+    let (prog, inputs) = setup(&dir);
+    let p = prog.display().to_string();
+    let missing = "/nonexistent/libopenblas.so.0";
+    for cluster in [false, true] {
+        let mut args = vec![p.clone(), "--no-progress".into()];
+        if cluster {
+            args.extend(["--processes".into(), "2".into()]);
+        }
+        args.extend(inputs.clone());
+        let (ok, out, err) = run(&args, &[("TRA_GEMM", "builtin")]);
+        assert!(ok, "{err}");
+        let v = check_summary(&out);
+        assert!(v["gemm"].as_str().unwrap().starts_with("builtin"), "cluster {cluster}: {out}");
+        // OpenBLAS asked for and missing: the run fails naming the library,
+        // without a panic.
+        let (ok, _, err) = run(&args, &[("TRA_GEMM", "openblas"), ("TRA_OPENBLAS_LIB", missing)]);
+        assert!(!ok && err.contains(missing) && err.contains("TRA_GEMM=openblas"), "cluster {cluster}: {err}");
+        assert!(!err.contains("panicked"), "cluster {cluster}: {err}");
+    }
+}

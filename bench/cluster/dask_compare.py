@@ -31,6 +31,11 @@ reported, and the results are checked against numpy's.
 
     python3 bench/cluster/dask_compare.py [--tra target/release/tra] [--reps 3] [--n 4096] [--block 1024]
     python3 bench/cluster/dask_compare.py --only wire [--reps 5]    # the wire figures alone (no dask needed)
+    python3 bench/cluster/dask_compare.py --only gemm [--reps 9]    # tra warm, OpenBLAS against the built-in GEMM
+
+The GEMM of tra's job processes is the system OpenBLAS when installed, else the
+built-in one (`TRA_GEMM=builtin` in the environment of this script forces it);
+the summary reports it (`tra_gemm`).
 """
 import argparse
 import json
@@ -52,12 +57,15 @@ def main():
     ap.add_argument("--n", type=int, default=4096)
     ap.add_argument("--block", type=int, default=1024)
     ap.add_argument("--json", help="write the figures here too")
-    ap.add_argument("--only", choices=["wire"], help="measure only this (the wire: a shuffle on a warm cluster vs iperf3)")
+    ap.add_argument("--only", choices=["wire", "gemm"],
+                    help="measure only this (wire: a shuffle on a warm cluster vs iperf3; gemm: tra warm with "
+                         "OpenBLAS against tra warm with the built-in GEMM)")
     args = ap.parse_args()
     if args.only == "wire":
         return wire_only(args)
+    if args.only == "gemm":
+        return gemm_only(args)
     n, b = args.n, args.block
-    k = n // b
     cores = os.cpu_count() or 1
 
     import dask
@@ -65,23 +73,7 @@ def main():
     from dask.distributed import Client, LocalCluster
 
     tmp = tempfile.mkdtemp(prefix="tra-dask-")
-    rng = np.random.default_rng(0)
-    X = rng.standard_normal((n, n), dtype=np.float32)
-    Y = rng.standard_normal((n, n), dtype=np.float32)
-    xp, yp, zp = (os.path.join(tmp, f) for f in ("x.npy", "y.npy", "z.npy"))
-    np.save(xp, X)
-    np.save(yp, Y)
-    prog = {
-        "inputs": {"X": {"key_bounds": [k, k], "array_bounds": [b, b]}, "Y": {"key_bounds": [k, k], "array_bounds": [b, b]}},
-        "nodes": {
-            "XY": {"op": "join", "left": "X", "right": "Y", "left_keys": [1], "right_keys": [0], "kernel": "matMul"},
-            "Z": {"op": "aggregate", "input": "XY", "group_by": [0, 2], "kernel": "matAdd"},
-        },
-        "outputs": ["Z"],
-    }
-    pp = os.path.join(tmp, "matmul.json")
-    with open(pp, "w") as f:
-        json.dump(prog, f)
+    X, Y, xp, yp, zp, pp = write_matmul(tmp, n, b)
 
     cdir = os.path.join(tmp, "cluster")
     up = subprocess.run([args.tra, "cluster", "up", "--processes", "2", "--dir", cdir, "--data-dir", tmp],
@@ -158,6 +150,7 @@ def main():
         "cold_speedup_over_dask": med["dask_cold"] / med["tra_cold"],
         "dask_warm_over_numpy": med["dask_warm"] / med["numpy"],
         "tra_plan": summary and summary.get("strategy"),
+        "tra_gemm": summary and summary.get("gemm"),
         "tra_warm_timings_ms": summary and summary.get("timings_ms"),
         "tra_network_floats": summary and [summary.get("network_floats_measured"), summary.get("network_floats_predicted")],
         "wire": wire,
@@ -219,6 +212,68 @@ def wire_bench(args, tmp, hosts, n=8192, block=256):
     tra_rate = statistics.median(rates)
     return {"tra_GBps": tra_rate, "tra_runs_GBps": rates, "bytes_crossed": figures["bytes"], "iperf3_GBps": iperf,
             "fraction_of_iperf3": tra_rate / iperf}
+
+
+def write_matmul(tmp, n, b):
+    """X and Y (n x n float32) as .npy files in tmp, and the TRA program of X @ Y in b x b blocks."""
+    k = n // b
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((n, n), dtype=np.float32)
+    Y = rng.standard_normal((n, n), dtype=np.float32)
+    xp, yp, zp = (os.path.join(tmp, f) for f in ("x.npy", "y.npy", "z.npy"))
+    np.save(xp, X)
+    np.save(yp, Y)
+    prog = {
+        "inputs": {"X": {"key_bounds": [k, k], "array_bounds": [b, b]}, "Y": {"key_bounds": [k, k], "array_bounds": [b, b]}},
+        "nodes": {
+            "XY": {"op": "join", "left": "X", "right": "Y", "left_keys": [1], "right_keys": [0], "kernel": "matMul"},
+            "Z": {"op": "aggregate", "input": "XY", "group_by": [0, 2], "kernel": "matAdd"},
+        },
+        "outputs": ["Z"],
+    }
+    pp = os.path.join(tmp, "matmul.json")
+    with open(pp, "w") as f:
+        json.dump(prog, f)
+    return X, Y, xp, yp, zp, pp
+
+
+def gemm_only(args):
+    """tra warm with each GEMM: two warm clusters of 2 processes, one started with
+    TRA_GEMM=openblas and one with TRA_GEMM=builtin, their runs interleaved."""
+    tmp = tempfile.mkdtemp(prefix="tra-gemm-")
+    X, Y, xp, yp, zp, pp = write_matmul(tmp, args.n, args.block)
+    ref = X @ Y
+    hosts, times, gemm = {}, {"openblas": [], "builtin": []}, {}
+    try:
+        for g in times:
+            up = subprocess.run([args.tra, "cluster", "up", "--processes", "2", "--dir", os.path.join(tmp, g), "--data-dir", tmp],
+                                env=dict(os.environ, TRA_GEMM=g), capture_output=True, text=True)
+            if up.returncode != 0:
+                print(f"cannot start a cluster with TRA_GEMM={g}: {up.stderr.strip()}", file=sys.stderr)
+                return 1
+            hosts[g] = json.loads(up.stdout)["hosts"]
+        for rep in range(max(args.reps, 5)):
+            for g in times:
+                t = time.perf_counter()
+                out = subprocess.run([args.tra, "run", "--format", "json", pp, "--hosts", hosts[g], "--input", f"X={xp}",
+                                      "--input", f"Y={yp}", "--output", f"Z={zp}", "--dense"], check=True, capture_output=True, text=True)
+                times[g].append(time.perf_counter() - t)
+                gemm[g] = json.loads(out.stdout)["gemm"]
+                err = float(np.abs(np.load(zp) - ref).max())
+                assert err < 1e-4 * float(np.abs(ref).max()), f"tra warm ({g}): results differ from numpy's ({err})"
+            print(f"rep {rep}: tra warm openblas {times['openblas'][-1]:.3f} s, builtin {times['builtin'][-1]:.3f} s", flush=True)
+    finally:
+        for g in hosts:
+            subprocess.run([args.tra, "cluster", "down", "--dir", os.path.join(tmp, g)], capture_output=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+    med = {g: statistics.median(v) for g, v in times.items()}
+    result = {"n": args.n, "block": args.block, "tra_warm_median_s": med, "gemm": gemm,
+              "builtin_over_openblas": med["builtin"] / med["openblas"]}
+    print(json.dumps(result, indent=2))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=2)
+    return 0
 
 
 def wire_only(args):

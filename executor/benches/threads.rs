@@ -9,11 +9,13 @@
 //!   global allocator) and peak RSS against inputs + output.
 //! - `diag`: `diag(X + Y)` (paper §5.2.1) with the Table-1 plan and with the
 //!   optimizer's plan (R1-6/R1-7: filter pushed down, `diag∘matAdd` fused).
-//! - `gemm`: one single-threaded 1024³ `f32` product, the kernel alone.
+//! - `gemm`: one single-threaded 1024³ `f32` product, the kernel alone,
+//!   through the process's GEMM (`TRA_GEMM`); `gemm_backends`: the built-in
+//!   GEMM against OpenBLAS on 256², 512² and 1024² products, one core.
 //! - `elementwise`: fused `relu∘matAdd` against the two kernels in sequence.
 //!
 //! Arguments: `--n N --block B --sites S --reps R --diag-block D --threads T`,
-//! `--matmul-only`.
+//! `--matmul-only`, `--gemm-only` (`gemm_backends` alone).
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -23,7 +25,7 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
-use tra_executor::threads::kernels::{matmul_into, MatMulKind};
+use tra_executor::threads::kernels::{matmul_into, matmul_with, GemmBackend, GemmRequest, MatMulKind};
 use tra_executor::threads::{Elem, RunOptions, TRelation, ThreadRuntime};
 use tra_optimizer::check::{check_plan, check_program};
 use tra_optimizer::compile::compile;
@@ -296,21 +298,51 @@ fn diag(kb: u32, block: usize, sites: usize, reps: usize, threads: usize) -> ser
 }
 
 fn gemm_kernel(block: usize, reps: usize) -> serde_json::Value {
+    let chosen = tra_executor::threads::kernels::gemm_backend().expect("the GEMM TRA_GEMM asks for");
+    let mut v = gemm_rate(chosen, block, reps);
+    v["backend"] = json!(chosen.describe());
+    v
+}
+
+/// One single-threaded `block`³ `f32` product through `backend`, accumulating
+/// (`C += A·B`, as the fused matmul does): the best of `reps` runs.
+fn gemm_rate(backend: &GemmBackend, block: usize, reps: usize) -> serde_json::Value {
     let mut rng = ChaCha8Rng::seed_from_u64(9);
     let a: Vec<f32> = (0..block * block).map(|_| rng.random_range(-1.0..1.0)).collect();
     let b: Vec<f32> = (0..block * block).map(|_| rng.random_range(-1.0..1.0)).collect();
     let mut c = vec![0.0f32; block * block];
     let kind = MatMulKind { trans_a: false, trans_b: false };
     let sh = [block, block];
-    matmul_into(kind, &mut c, &a, &sh, &b, &sh, false);
+    matmul_with(backend, kind, &mut c, &a, &sh, &b, &sh, false, 1);
     let mut times = Vec::new();
     for _ in 0..reps.max(3) {
         let t = Instant::now();
-        matmul_into(kind, &mut c, &a, &sh, &b, &sh, true);
+        matmul_with(backend, kind, &mut c, &a, &sh, &b, &sh, true, 1);
         times.push(t.elapsed().as_secs_f64());
     }
     let best = times.iter().cloned().fold(f64::INFINITY, f64::min);
     json!({"block": block, "dtype": "f32", "threads": 1, "best_s": best, "gflops": 2.0 * (block as f64).powi(3) / best / 1e9})
+}
+
+/// The built-in GEMM against OpenBLAS (when it loads) on 256², 512² and
+/// `block`² products, one core each, in one run.
+fn gemm_backends(block: usize, reps: usize) -> serde_json::Value {
+    let builtin = GemmBackend::Builtin;
+    let openblas = GemmBackend::select(GemmRequest::OpenBlas);
+    let mut sizes = vec![256, 512, block];
+    sizes.dedup();
+    let rows: Vec<serde_json::Value> = sizes
+        .into_iter()
+        .map(|b| {
+            let r = gemm_rate(&builtin, b, reps);
+            let o = openblas.as_ref().ok().map(|o| gemm_rate(o, b, reps));
+            let ratio = o.as_ref().map(|o| o["gflops"].as_f64().unwrap() / r["gflops"].as_f64().unwrap());
+            json!({"block": b, "builtin_gflops": r["gflops"], "openblas_gflops": o.map(|o| o["gflops"].clone()),
+                   "openblas_over_builtin": ratio})
+        })
+        .collect();
+    json!({"openblas": openblas.as_ref().map(|o| o.describe()).unwrap_or_else(|e| e.to_string()),
+           "dtype": "f32", "threads": 1, "sizes": rows})
 }
 
 /// Fused `relu∘matAdd` against `matAdd` then `relu` (two kernels, a
@@ -356,17 +388,25 @@ fn main() {
     let threads = arg("--threads", std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1));
     let diag_kb = arg("--diag-keys", 8) as u32;
     let diag_block = arg("--diag-block", 512);
+    if std::env::args().any(|a| a == "--gemm-only") {
+        println!("{}", serde_json::to_string_pretty(&json!({"gemm_backends": gemm_backends(block, reps)})).unwrap());
+        return;
+    }
     if std::env::args().any(|a| a == "--matmul-only") {
         let m = matmul(n, block, sites, reps, threads);
         println!("{}", serde_json::to_string_pretty(&json!({"matmul": m})).unwrap());
         return;
     }
     let g = gemm_kernel(block, reps);
+    let gb = gemm_backends(block, reps);
     let e = elementwise(reps);
     let m = matmul(n, block, sites, reps, threads);
     let d = diag(diag_kb, diag_block, sites, reps, threads);
     println!(
         "{}",
-        serde_json::to_string_pretty(&json!({"gemm": g, "elementwise": e, "matmul": m, "diag": d})).unwrap()
+        serde_json::to_string_pretty(
+            &json!({"gemm": g, "gemm_backends": gb, "elementwise": e, "matmul": m, "diag": d})
+        )
+        .unwrap()
     );
 }

@@ -16,6 +16,7 @@ use super::input::InputData;
 use super::output::OutputFile;
 use crate::npy::{self, Layout};
 use crate::semantics::AnyLayout;
+use crate::threads::kernels::gemm_backend;
 use crate::threads::{Dtype, Elem};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
@@ -137,6 +138,10 @@ pub struct JobReport {
     pub workers: usize,
     /// Element type.
     pub dtype: String,
+    /// The GEMM of process 0's matrix products
+    /// ([`GemmBackend::describe`](crate::threads::kernels::GemmBackend::describe)).
+    #[serde(default)]
+    pub gemm: String,
     /// Wall time of the dataflow on process 0 (connecting, loading, running, gathering).
     pub run_ms: f64,
     /// The longest time a site took to read its inputs.
@@ -321,6 +326,7 @@ fn finish_outputs<T: Elem>(
         processes: run.processes,
         workers: run.workers,
         dtype: T::DTYPE.name().to_string(),
+        gemm: gemm_backend().map(|b| b.describe()).unwrap_or_else(|e| e.to_string()),
         run_ms: run.wall_ms,
         load_ms: run.load_ms,
         write_ms,

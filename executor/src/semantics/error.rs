@@ -73,6 +73,10 @@ pub enum InterpError {
     /// `sites` is zero.
     #[error("the number of sites must be at least 1")]
     NoSites,
+    /// The GEMM `TRA_GEMM` asks for cannot be used (checked before a run
+    /// starts).
+    #[error("{0}")]
+    Gemm(#[from] crate::threads::kernels::GemmError),
     /// The run was stopped before it finished (its deadline passed, or the
     /// process is shutting down).
     #[error("node {node}: stopped: {reason}")]
@@ -120,7 +124,7 @@ impl InterpError {
             InterpError::BadInput { input, .. } => Some(input),
             InterpError::MissingInput(n) | InterpError::UnknownOutput(n) => Some(n),
             InterpError::NotATensorRelation { node, .. } => node.as_deref(),
-            InterpError::NoSites => None,
+            InterpError::NoSites | InterpError::Gemm(_) => None,
         }
     }
 }

@@ -4,10 +4,11 @@
 //! - [`runtime`]: the sites, the exchanges, the operators (same semantics as
 //!   the reference interpreter, [`crate::reference`]), per-operator timings
 //!   and floats moved.
-//! - [`kernels`]: fused elementwise programs, GEMM through the `gemm` crate,
-//!   the other catalog kernels; a kernel without a fast implementation (or
-//!   operand shapes the fast loops are not written for) runs the reference
-//!   kernel, so every catalog entry works and has one definition.
+//! - [`kernels`]: fused elementwise programs, GEMM through the system's
+//!   OpenBLAS or the `gemm` crate, the other catalog kernels; a kernel
+//!   without a fast implementation (or operand shapes the fast loops are not
+//!   written for) runs the reference kernel, so every catalog entry works
+//!   and has one definition.
 //! - [`pool`]: blocks and the shape-keyed buffer pool.
 //! - [`elem`]: the element types.
 //!

@@ -406,6 +406,8 @@ pub fn run_process<T: Elem>(
     if workers == 0 || processes == 0 {
         return Err(InterpError::NoSites.into());
     }
+    // The GEMM asked for, or the error that it is missing, before connecting.
+    crate::threads::kernels::gemm_backend().map_err(InterpError::from)?;
     let sites = processes * workers;
     let prep = prepare(plan, cfg.fuse)?;
     // Inputs: present, and well-formed before anything starts.

@@ -1,6 +1,8 @@
-//! Matrix products through the `gemm` crate, accumulating into the output
-//! (`C += A·B`), one call or parallel over row panels.
+//! Matrix products through the chosen GEMM ([`super::gemm_backend()`]: the
+//! system's OpenBLAS or the `gemm` crate), into or accumulating into the
+//! output (`C += A·B`), one call or parallel over row panels.
 
+use super::gemm_backend::{kernel_backend, GemmBackend};
 use crate::threads::elem::Elem;
 use tra_optimizer::kernel::KernelRef;
 
@@ -36,7 +38,7 @@ impl MatMulKind {
 }
 
 /// `out = A·B` (or `out += A·B` when `accumulate`), for row-major `out`
-/// `[m, n]`, through `gemm` on the calling thread.
+/// `[m, n]`, through the chosen GEMM on the calling thread.
 pub fn matmul_into<T: Elem>(
     kind: MatMulKind,
     out: &mut [T],
@@ -50,9 +52,28 @@ pub fn matmul_into<T: Elem>(
 }
 
 /// [`matmul_into`] split over `threads` tasks of the current rayon pool
-/// (for the rare operator with fewer output blocks than cores).
+/// (for the rare operator with fewer output blocks than cores): row panels
+/// of the output, one single-threaded OpenBLAS call each, or the `gemm`
+/// crate's own split.
 #[allow(clippy::too_many_arguments)]
 pub fn matmul_into_par<T: Elem>(
+    kind: MatMulKind,
+    out: &mut [T],
+    a: &[T],
+    a_shape: &[usize],
+    b: &[T],
+    b_shape: &[usize],
+    accumulate: bool,
+    threads: usize,
+) {
+    matmul_with(kernel_backend(), kind, out, a, a_shape, b, b_shape, accumulate, threads)
+}
+
+/// [`matmul_into_par`] through `backend` rather than the process's GEMM
+/// (to compare the two, in tests and benchmarks).
+#[allow(clippy::too_many_arguments)]
+pub fn matmul_with<T: Elem>(
+    backend: &GemmBackend,
     kind: MatMulKind,
     out: &mut [T],
     a: &[T],
@@ -75,33 +96,31 @@ pub fn matmul_into_par<T: Elem>(
         }
         return;
     }
-    // (row stride, column stride) of the logical [m,k] and [k,n] operands.
-    let (lhs_rs, lhs_cs) = if kind.trans_a { (1, m as isize) } else { (k as isize, 1) };
-    let (rhs_rs, rhs_cs) = if kind.trans_b { (1, k as isize) } else { (n as isize, 1) };
-    // SAFETY: the pointers cover m·k, k·n and m·n elements (asserted above)
-    // with the given strides; `out` does not alias the operands (it is a
-    // `&mut`). T is f32 or f64, which gemm supports.
-    unsafe {
-        gemm::gemm(
-            m,
-            n,
-            k,
-            out.as_mut_ptr(),
-            1,
-            n as isize,
-            accumulate,
-            a.as_ptr(),
-            lhs_cs,
-            lhs_rs,
-            b.as_ptr(),
-            rhs_cs,
-            rhs_rs,
-            T::ONE,
-            T::ONE,
-            false,
-            false,
-            false,
-            if threads > 1 { gemm::Parallelism::Rayon(threads) } else { gemm::Parallelism::None },
-        )
+    let lda = if kind.trans_a { m } else { k };
+    let ldb = if kind.trans_b { k } else { n };
+    let trans = (kind.trans_a, kind.trans_b);
+    let panels = if matches!(backend, GemmBackend::OpenBlas(_)) { threads.clamp(1, m) } else { 1 };
+    if panels <= 1 {
+        // SAFETY: the slices cover m·k, k·n and m·n elements (asserted above)
+        // with these leading dimensions; `out` does not alias the operands
+        // (it is a `&mut`); m, n, k are not zero.
+        unsafe {
+            backend.gemm(trans, (m, n, k), a.as_ptr(), lda, b.as_ptr(), ldb, out.as_mut_ptr(), n, accumulate, threads)
+        };
+        return;
     }
+    // OpenBLAS runs single-threaded per call: split the output into row
+    // panels, one single-threaded call each, as tasks of the current pool.
+    use rayon::prelude::*;
+    let rows = m.div_ceil(panels);
+    out.par_chunks_mut(rows * n).enumerate().for_each(|(p, c)| {
+        let (r0, r) = (p * rows, c.len() / n);
+        // Rows r0.. of A: row r0 of the [m,k] matrix, or column r0 of the
+        // stored [k,m] one.
+        let a0 = if kind.trans_a { r0 } else { r0 * k };
+        // SAFETY: as above, for the r rows from r0 of `out` and of A.
+        unsafe {
+            backend.gemm(trans, (r, n, k), a[a0..].as_ptr(), lda, b.as_ptr(), ldb, c.as_mut_ptr(), n, accumulate, 1)
+        };
+    });
 }

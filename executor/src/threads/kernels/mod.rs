@@ -13,9 +13,10 @@
 //!   unary elementwise chain after them) read only the selected elements and
 //!   apply the program to them, in one pass: `diag∘matAdd` on `[n,n]` blocks
 //!   touches `2n` elements, not `2n²`.
-//! - **Matrix products** go to the `gemm` crate (AVX-512 kernels with its
-//!   `x86-v4` feature, chosen at run time), single-threaded per call; the
-//!   executor parallelises over output blocks. [`matmul_into`] accumulates
+//! - **Matrix products** go to the system's OpenBLAS when it is installed,
+//!   else to the `gemm` crate (AVX-512 kernels with its `x86-v4` feature,
+//!   chosen at run time); `TRA_GEMM` chooses ([`gemm_backend()`]). Each call
+//!   is single-threaded; the executor parallelises over output blocks. [`matmul_into`] accumulates
 //!   into the output (`C += A·B`), which the executor uses to sum over a
 //!   join's contracted key without separate block additions.
 //! - Everything else (`rowSum`, `minIndex`, `tile`, …) is a direct loop.
@@ -29,11 +30,13 @@
 //! `matmul`; this module compiles a kernel into a [`FastKernel`] and runs it.
 
 mod elementwise;
+pub mod gemm_backend;
 mod matmul;
 
 pub use elementwise::{accumulate, ew_prog, run_prog, Binary, EwProg, First, Unary, CHUNK};
 use elementwise::{binary_into, run_prog_body, unary_inplace};
-pub use matmul::{matmul_into, matmul_into_par, MatMulKind};
+pub use gemm_backend::{gemm_backend, GemmBackend, GemmError, GemmRequest};
+pub use matmul::{matmul_into, matmul_into_par, matmul_with, MatMulKind};
 
 use super::elem::Elem;
 use super::pool::{Block, Pool};

@@ -133,6 +133,8 @@ pub struct RunReport {
     pub threads: usize,
     /// Element type.
     pub dtype: &'static str,
+    /// The GEMM of the matrix products ([`GemmBackend::describe`](crate::threads::kernels::GemmBackend::describe)).
+    pub gemm: String,
     /// Wall time of the whole run (placing inputs included).
     pub wall_ms: f64,
     /// Floats moved by all shuffles and broadcasts.
@@ -233,6 +235,8 @@ impl<T: Elem> ThreadRuntime<T> {
         if sites == 0 {
             return Err(InterpError::NoSites);
         }
+        // The GEMM asked for, or the error that it is missing, before anything runs.
+        let gemm = crate::threads::kernels::gemm_backend()?;
         // Inputs, checked and placed.
         let mut names: Vec<String> = Vec::new();
         let mut index: HashMap<String, usize> = HashMap::new();
@@ -402,6 +406,7 @@ impl<T: Elem> ThreadRuntime<T> {
             site_threads: site_threads(sites),
             threads: self.threads,
             dtype: T::DTYPE.name(),
+            gemm: gemm.describe(),
             wall_ms: start.elapsed().as_secs_f64() * 1e3,
             network_floats: floats_moved.values().sum(),
             nodes,

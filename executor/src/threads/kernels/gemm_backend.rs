@@ -1,0 +1,393 @@
+//! Which GEMM computes the matrix products: the system's OpenBLAS when it is
+//! installed, the `gemm` crate (built in) otherwise.
+//!
+//! OpenBLAS's hand-tuned kernels reach about a third more flops per core than
+//! the `gemm` crate on current x86 servers, and every matrix product of both
+//! runtimes goes through [`super::matmul_into_par`], so the choice sets the
+//! speed of matmul-bound plans. OpenBLAS is opened at run time (`dlopen` of
+//! `libopenblas.so.0`, the soname of Debian's `libopenblas0-pthread` and
+//! `libopenblas0-serial` and of most distributions' packages), once, on the
+//! first matrix product or the first check: nothing links against it, so the
+//! workspace builds and runs on a machine without it.
+//!
+//! `TRA_GEMM` chooses: `auto` (the default: OpenBLAS if it loads, else the
+//! built-in GEMM), `openblas` (OpenBLAS or an error naming the library tried)
+//! or `builtin`; `TRA_OPENBLAS_LIB` names another library file to open. The runtimes check the choice where they start
+//! ([`gemm_backend`]), so that a missing library is an error of the run, not a
+//! failure inside a kernel thread.
+//!
+//! **Threads.** The runtimes already run one GEMM per kernel thread (over
+//! output blocks, or over row panels of one product), so OpenBLAS must not
+//! start threads of its own: on loading, its thread count is set to one
+//! (`openblas_set_num_threads(1)`), and every call then runs on the caller's
+//! thread. Calls from several threads at once are safe with OpenBLAS built
+//! with threading (`USE_THREAD=1`, Debian's `libopenblas0-pthread`, which
+//! then also takes its buffer-allocation locks) or with `USE_LOCKING=1`;
+//! a serial build without locking shares buffers between concurrent calls
+//! unguarded, and a serial build does not say whether it locks, so a serial
+//! build (`openblas_get_parallel() == 0`) is refused (`auto` then takes the
+//! built-in GEMM). The package to install is therefore `libopenblas0-pthread`.
+//! OpenBLAS's integers are 32-bit (the `64_`-suffixed ILP64 builds are other
+//! libraries): a product with a dimension past `i32::MAX` goes to the built-in
+//! GEMM.
+
+use std::ffi::{c_char, c_int, CStr};
+use std::sync::OnceLock;
+
+use crate::threads::elem::{Dtype, Elem};
+
+/// The environment variable that chooses the GEMM.
+pub const GEMM_ENV: &str = "TRA_GEMM";
+
+/// The environment variable naming the OpenBLAS library to open instead of
+/// [`OPENBLAS_LIBRARIES`] (a path, or a name the loader searches for).
+pub const OPENBLAS_LIB_ENV: &str = "TRA_OPENBLAS_LIB";
+
+/// The shared libraries tried, in order, for OpenBLAS.
+#[cfg(target_os = "macos")]
+pub const OPENBLAS_LIBRARIES: &[&str] = &["libopenblas.0.dylib", "libopenblas.dylib"];
+/// The shared libraries tried, in order, for OpenBLAS.
+#[cfg(not(target_os = "macos"))]
+pub const OPENBLAS_LIBRARIES: &[&str] = &["libopenblas.so.0", "libopenblas.so"];
+
+/// What `TRA_GEMM` asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GemmRequest {
+    /// OpenBLAS if it loads, else the built-in GEMM.
+    Auto,
+    /// OpenBLAS, or an error.
+    OpenBlas,
+    /// The built-in GEMM (the `gemm` crate).
+    Builtin,
+}
+
+impl GemmRequest {
+    /// Parse a value of `TRA_GEMM` (case-insensitive; empty is `auto`).
+    pub fn parse(s: &str) -> Result<GemmRequest, GemmError> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "" | "auto" => Ok(GemmRequest::Auto),
+            "openblas" => Ok(GemmRequest::OpenBlas),
+            "builtin" => Ok(GemmRequest::Builtin),
+            _ => Err(GemmError::BadSetting(s.to_string())),
+        }
+    }
+
+    /// What `TRA_GEMM` asks for (`auto` when unset).
+    pub fn from_env() -> Result<GemmRequest, GemmError> {
+        match std::env::var(GEMM_ENV) {
+            Ok(v) => GemmRequest::parse(&v),
+            Err(std::env::VarError::NotPresent) => Ok(GemmRequest::Auto),
+            Err(std::env::VarError::NotUnicode(v)) => Err(GemmError::BadSetting(v.to_string_lossy().into_owned())),
+        }
+    }
+}
+
+/// Why the GEMM asked for cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum GemmError {
+    /// `TRA_GEMM` has a value other than the three known.
+    #[error("{GEMM_ENV}={0:?}: expected `openblas`, `builtin` or `auto`")]
+    BadSetting(String),
+    /// OpenBLAS was asked for and does not load.
+    #[error(
+        "{GEMM_ENV}=openblas: cannot load OpenBLAS (tried {tried}): {reason}; install it (Debian: \
+         `apt-get install libopenblas0-pthread`) or set {GEMM_ENV}=builtin or auto"
+    )]
+    OpenBlasUnavailable {
+        /// The libraries tried, comma-separated.
+        tried: String,
+        /// Why the last one failed (the loader's message, or a missing symbol).
+        reason: String,
+    },
+}
+
+/// `cblas_sgemm` / `cblas_dgemm`: (order, transa, transb, m, n, k, alpha, a,
+/// lda, b, ldb, beta, c, ldc).
+type CblasGemm<F> = unsafe extern "C" fn(
+    c_int,
+    c_int,
+    c_int,
+    c_int,
+    c_int,
+    c_int,
+    F,
+    *const F,
+    c_int,
+    *const F,
+    c_int,
+    F,
+    *mut F,
+    c_int,
+);
+
+const CBLAS_ROW_MAJOR: c_int = 101;
+const CBLAS_NO_TRANS: c_int = 111;
+const CBLAS_TRANS: c_int = 112;
+
+/// OpenBLAS, loaded and set to one thread per call.
+pub struct OpenBlas {
+    sgemm: CblasGemm<f32>,
+    dgemm: CblasGemm<f64>,
+    library: String,
+    config: String,
+    /// Keeps the library mapped for as long as the function pointers live.
+    _lib: libloading::Library,
+}
+
+impl std::fmt::Debug for OpenBlas {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OpenBlas").field("library", &self.library).field("config", &self.config).finish()
+    }
+}
+
+impl OpenBlas {
+    /// Open the first of `libraries` that loads and has the CBLAS GEMMs,
+    /// and set it to run every call on the caller's thread.
+    pub fn open(libraries: &[&str]) -> Result<OpenBlas, GemmError> {
+        let mut reason = String::from("no library to try");
+        for &name in libraries {
+            match OpenBlas::open_one(name) {
+                Ok(o) => return Ok(o),
+                Err(e) => reason = e,
+            }
+        }
+        Err(GemmError::OpenBlasUnavailable { tried: libraries.join(", "), reason })
+    }
+
+    fn open_one(name: &str) -> Result<OpenBlas, String> {
+        // SAFETY: loading OpenBLAS runs its initialisers, which only set up
+        // its own state (and, in threaded builds, its idle thread pool).
+        let lib = unsafe { libloading::Library::new(name) }.map_err(|e| e.to_string())?;
+        // SAFETY: the symbols have these C signatures in every OpenBLAS
+        // (cblas.h; `blasint` is `int` in the LP64 builds this soname names).
+        unsafe {
+            let missing = |symbol: &'static str| {
+                move |e: libloading::Error| format!("{name} has no `{symbol}` (not OpenBLAS?): {e}")
+            };
+            let sgemm = *lib.get::<CblasGemm<f32>>(b"cblas_sgemm\0").map_err(missing("cblas_sgemm"))?;
+            let dgemm = *lib.get::<CblasGemm<f64>>(b"cblas_dgemm\0").map_err(missing("cblas_dgemm"))?;
+            let set_threads = *lib
+                .get::<unsafe extern "C" fn(c_int)>(b"openblas_set_num_threads\0")
+                .map_err(missing("openblas_set_num_threads"))?;
+            // A serial build takes no locks unless it was built with
+            // USE_LOCKING=1, which it does not report: calls from several
+            // kernel threads could share its buffers. Refused.
+            if let Ok(parallel) = lib.get::<unsafe extern "C" fn() -> c_int>(b"openblas_get_parallel\0") {
+                if parallel() == 0 {
+                    return Err(format!(
+                        "{name} is a serial build of OpenBLAS (openblas_get_parallel() = 0), not safe to call from \
+                         several threads at once unless built with USE_LOCKING=1, which it does not report; install \
+                         the threaded build (Debian: libopenblas0-pthread)"
+                    ));
+                }
+            }
+            set_threads(1);
+            let config = match lib.get::<unsafe extern "C" fn() -> *const c_char>(b"openblas_get_config\0") {
+                Ok(get) => {
+                    let p = get();
+                    if p.is_null() {
+                        String::new()
+                    } else {
+                        CStr::from_ptr(p).to_string_lossy().trim().to_string()
+                    }
+                }
+                Err(_) => String::new(),
+            };
+            Ok(OpenBlas { sgemm, dgemm, library: name.to_string(), config, _lib: lib })
+        }
+    }
+
+    /// The library opened (as named when it was tried).
+    pub fn library(&self) -> &str {
+        &self.library
+    }
+
+    /// OpenBLAS's own description of its build (`openblas_get_config`).
+    pub fn config(&self) -> &str {
+        &self.config
+    }
+
+    /// `C = A·B` (or `C += A·B` when `accumulate`) for row-major `C`
+    /// `[m, n]` with leading dimension `ldc`; `a` is `[m, k]` with leading
+    /// dimension `lda` (`[k, m]` when `trans_a`), `b` is `[k, n]` with
+    /// leading dimension `ldb` (`[n, k]` when `trans_b`). `None` when a
+    /// dimension does not fit OpenBLAS's 32-bit integers.
+    ///
+    /// # Safety
+    /// The pointers cover the matrices their shapes and leading dimensions
+    /// describe, and `c` aliases neither operand.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn gemm<T: Elem>(
+        &self,
+        trans: (bool, bool),
+        (m, n, k): (usize, usize, usize),
+        a: *const T,
+        lda: usize,
+        b: *const T,
+        ldb: usize,
+        c: *mut T,
+        ldc: usize,
+        accumulate: bool,
+    ) -> Option<()> {
+        let int = |x: usize| c_int::try_from(x).ok();
+        let (m, n, k, lda, ldb, ldc) = (int(m)?, int(n)?, int(k)?, int(lda)?, int(ldb)?, int(ldc)?);
+        let ta = if trans.0 { CBLAS_TRANS } else { CBLAS_NO_TRANS };
+        let tb = if trans.1 { CBLAS_TRANS } else { CBLAS_NO_TRANS };
+        // One call of `cblas_sgemm` or `cblas_dgemm` (the literals take the
+        // element type of the function).
+        macro_rules! cblas {
+            ($f:expr) => {
+                $f(
+                    CBLAS_ROW_MAJOR,
+                    ta,
+                    tb,
+                    m,
+                    n,
+                    k,
+                    1.0,
+                    a.cast(),
+                    lda,
+                    b.cast(),
+                    ldb,
+                    if accumulate { 1.0 } else { 0.0 },
+                    c.cast(),
+                    ldc,
+                )
+            };
+        }
+        // SAFETY: by the caller's contract; T's dtype says which of the two
+        // element types the pointers are.
+        unsafe {
+            match T::DTYPE {
+                Dtype::F32 => cblas!(self.sgemm),
+                Dtype::F64 => cblas!(self.dgemm),
+            }
+        }
+        Some(())
+    }
+}
+
+/// The GEMM that computes the matrix products.
+#[derive(Debug)]
+pub enum GemmBackend {
+    /// The system's OpenBLAS.
+    OpenBlas(OpenBlas),
+    /// The `gemm` crate.
+    Builtin,
+}
+
+impl GemmBackend {
+    /// The GEMM `request` asks for (OpenBLAS opened from `TRA_OPENBLAS_LIB`
+    /// when it is set, else from [`OPENBLAS_LIBRARIES`]). Each call opens the
+    /// library anew; the runtimes use the one [`gemm_backend`] chose.
+    pub fn select(request: GemmRequest) -> Result<GemmBackend, GemmError> {
+        match std::env::var(OPENBLAS_LIB_ENV) {
+            Ok(lib) if !lib.is_empty() => GemmBackend::select_from(request, &[lib.as_str()]),
+            _ => GemmBackend::select_from(request, OPENBLAS_LIBRARIES),
+        }
+    }
+
+    /// [`GemmBackend::select`] with OpenBLAS opened from `libraries`.
+    pub fn select_from(request: GemmRequest, libraries: &[&str]) -> Result<GemmBackend, GemmError> {
+        match request {
+            GemmRequest::Builtin => Ok(GemmBackend::Builtin),
+            GemmRequest::OpenBlas => OpenBlas::open(libraries).map(GemmBackend::OpenBlas),
+            GemmRequest::Auto => {
+                Ok(OpenBlas::open(libraries).map(GemmBackend::OpenBlas).unwrap_or(GemmBackend::Builtin))
+            }
+        }
+    }
+
+    /// `openblas` or `builtin`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            GemmBackend::OpenBlas(_) => "openblas",
+            GemmBackend::Builtin => "builtin",
+        }
+    }
+
+    /// One line for reports and logs: the name, and for OpenBLAS the library
+    /// and its build.
+    pub fn describe(&self) -> String {
+        match self {
+            GemmBackend::OpenBlas(o) if o.config.is_empty() => {
+                format!("openblas ({}, one thread per call)", o.library)
+            }
+            GemmBackend::OpenBlas(o) => format!("openblas ({}: {}, one thread per call)", o.library, o.config),
+            GemmBackend::Builtin => "builtin (the gemm crate)".to_string(),
+        }
+    }
+
+    /// `C = A·B` (or `C += A·B`) on the calling thread, with the pointers and
+    /// leading dimensions of [`OpenBlas::gemm`]'s contract; through the
+    /// `gemm` crate for [`GemmBackend::Builtin`] or a dimension past
+    /// OpenBLAS's integers.
+    ///
+    /// # Safety
+    /// As [`OpenBlas::gemm`]: the pointers cover their matrices, `c` aliases
+    /// neither operand, and `m`, `n`, `k` are not zero.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) unsafe fn gemm<T: Elem>(
+        &self,
+        trans: (bool, bool),
+        (m, n, k): (usize, usize, usize),
+        a: *const T,
+        lda: usize,
+        b: *const T,
+        ldb: usize,
+        c: *mut T,
+        ldc: usize,
+        accumulate: bool,
+        threads: usize,
+    ) {
+        if let GemmBackend::OpenBlas(o) = self {
+            // SAFETY: the caller's contract.
+            if unsafe { o.gemm(trans, (m, n, k), a, lda, b, ldb, c, ldc, accumulate) }.is_some() {
+                return;
+            }
+        }
+        // (row stride, column stride) of the logical [m,k] and [k,n] operands.
+        let (lda, ldb, ldc) = (lda as isize, ldb as isize, ldc as isize);
+        let (lhs_rs, lhs_cs) = if trans.0 { (1, lda) } else { (lda, 1) };
+        let (rhs_rs, rhs_cs) = if trans.1 { (1, ldb) } else { (ldb, 1) };
+        // SAFETY: the caller's contract; T is f32 or f64, which gemm supports.
+        unsafe {
+            gemm::gemm(
+                m,
+                n,
+                k,
+                c,
+                1,
+                ldc,
+                accumulate,
+                a,
+                lhs_cs,
+                lhs_rs,
+                b,
+                rhs_cs,
+                rhs_rs,
+                T::ONE,
+                T::ONE,
+                false,
+                false,
+                false,
+                if threads > 1 { gemm::Parallelism::Rayon(threads) } else { gemm::Parallelism::None },
+            )
+        }
+    }
+}
+
+static CHOSEN: OnceLock<Result<GemmBackend, GemmError>> = OnceLock::new();
+static BUILTIN: GemmBackend = GemmBackend::Builtin;
+
+/// The GEMM of this process, chosen by `TRA_GEMM` on the first call; the error when OpenBLAS was asked for and does not
+/// load, or the setting is unknown. The runtimes call this where they start.
+pub fn gemm_backend() -> Result<&'static GemmBackend, GemmError> {
+    CHOSEN.get_or_init(|| GemmRequest::from_env().and_then(GemmBackend::select)).as_ref().map_err(Clone::clone)
+}
+
+/// The GEMM the kernels call: [`gemm_backend`]'s, or the built-in one when
+/// that is an error (which the runtimes reported before running anything).
+pub(super) fn kernel_backend() -> &'static GemmBackend {
+    gemm_backend().unwrap_or(&BUILTIN)
+}
