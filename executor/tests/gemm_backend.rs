@@ -196,7 +196,10 @@ fn settings_parse_and_a_missing_library_is_named() {
     let e = GemmBackend::select_from(GemmRequest::OpenBlas, &[missing]).unwrap_err();
     assert!(e.to_string().contains(missing) && e.to_string().contains("TRA_GEMM=openblas"), "{e}");
     // Auto falls back to the built-in GEMM; builtin never opens anything.
-    assert_eq!(GemmBackend::select_from(GemmRequest::Auto, &[missing]).unwrap().name(), "builtin");
+    let fallback = GemmBackend::select_from(GemmRequest::Auto, &[missing]).unwrap();
+    assert_eq!(fallback.name(), "builtin");
+    // `auto` says why it did not take OpenBLAS.
+    assert!(fallback.describe().contains(missing), "{}", fallback.describe());
     assert_eq!(GemmBackend::select_from(GemmRequest::Builtin, &["libopenblas.so.0"]).unwrap().name(), "builtin");
     // A library without the CBLAS symbols is refused, naming the symbol.
     if let Err(e) = GemmBackend::select_from(GemmRequest::OpenBlas, &["libc.so.6"]) {
@@ -220,7 +223,9 @@ fn a_serial_openblas_is_refused() {
     }
     let e = GemmBackend::select_from(GemmRequest::OpenBlas, &[serial]).unwrap_err().to_string();
     assert!(e.contains(serial) && e.contains("serial build"), "{e}");
-    assert_eq!(GemmBackend::select_from(GemmRequest::Auto, &[serial]).unwrap().name(), "builtin");
+    let fallback = GemmBackend::select_from(GemmRequest::Auto, &[serial]).unwrap();
+    assert_eq!(fallback.name(), "builtin");
+    assert!(fallback.describe().contains("serial"), "{}", fallback.describe());
 }
 
 /// Run [`gemm_choice_in_this_process`] in a process of its own with `env`.

@@ -274,6 +274,8 @@ pub enum GemmBackend {
     OpenBlas(OpenBlas),
     /// The `gemm` crate.
     Builtin,
+    /// The `gemm` crate, because `auto` could not use OpenBLAS: why not.
+    BuiltinFallback(String),
 }
 
 impl GemmBackend {
@@ -292,9 +294,9 @@ impl GemmBackend {
         match request {
             GemmRequest::Builtin => Ok(GemmBackend::Builtin),
             GemmRequest::OpenBlas => OpenBlas::open(libraries).map(GemmBackend::OpenBlas),
-            GemmRequest::Auto => {
-                Ok(OpenBlas::open(libraries).map(GemmBackend::OpenBlas).unwrap_or(GemmBackend::Builtin))
-            }
+            GemmRequest::Auto => Ok(OpenBlas::open(libraries)
+                .map(GemmBackend::OpenBlas)
+                .unwrap_or_else(|e| GemmBackend::BuiltinFallback(e.to_string()))),
         }
     }
 
@@ -302,7 +304,7 @@ impl GemmBackend {
     pub fn name(&self) -> &'static str {
         match self {
             GemmBackend::OpenBlas(_) => "openblas",
-            GemmBackend::Builtin => "builtin",
+            GemmBackend::Builtin | GemmBackend::BuiltinFallback(_) => "builtin",
         }
     }
 
@@ -315,6 +317,7 @@ impl GemmBackend {
             }
             GemmBackend::OpenBlas(o) => format!("openblas ({}: {}, one thread per call)", o.library, o.config),
             GemmBackend::Builtin => "builtin (the gemm crate)".to_string(),
+            GemmBackend::BuiltinFallback(why) => format!("builtin (the gemm crate; OpenBLAS not used: {why})"),
         }
     }
 
