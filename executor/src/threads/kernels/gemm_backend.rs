@@ -6,8 +6,9 @@
 //! runtimes goes through [`super::matmul_into_par`], so the choice sets the
 //! speed of matmul-bound plans. OpenBLAS is opened at run time (`dlopen` of
 //! `libopenblas.so.0`, the soname of Debian's `libopenblas0-pthread` and
-//! `libopenblas0-serial` and of most distributions' packages), once, on the
-//! first matrix product or the first check: nothing links against it, so the
+//! `libopenblas0-serial` and of most distributions' packages, then the
+//! threaded build by its path when the soname gives a build that is refused),
+//! once, on the first matrix product or the first check: nothing links against it, so the
 //! workspace builds and runs on a machine without it.
 //!
 //! `TRA_GEMM` chooses: `auto` (the default: OpenBLAS if it loads, else the
@@ -46,9 +47,32 @@ pub const OPENBLAS_LIB_ENV: &str = "TRA_OPENBLAS_LIB";
 /// The shared libraries tried, in order, for OpenBLAS.
 #[cfg(target_os = "macos")]
 pub const OPENBLAS_LIBRARIES: &[&str] = &["libopenblas.0.dylib", "libopenblas.dylib"];
-/// The shared libraries tried, in order, for OpenBLAS.
+/// The shared libraries tried, in order, for OpenBLAS: the soname first,
+/// then the threaded builds by path (Debian and Ubuntu install them beside a
+/// serial or OpenMP build and pick one for the soname with
+/// `update-alternatives`, which may name a build that is refused, or be
+/// missing from the loader's cache), then Fedora's threaded soname.
 #[cfg(not(target_os = "macos"))]
-pub const OPENBLAS_LIBRARIES: &[&str] = &["libopenblas.so.0", "libopenblas.so"];
+pub const OPENBLAS_LIBRARIES: &[&str] = &[
+    "libopenblas.so.0",
+    "/usr/lib/x86_64-linux-gnu/openblas-pthread/libopenblas.so.0",
+    "/usr/lib/aarch64-linux-gnu/openblas-pthread/libopenblas.so.0",
+    "libopenblasp.so.0",
+    "libopenblas.so",
+];
+
+/// An error and its sources, `: `-separated (libloading's own message is
+/// only "dlopen failed"; the loader's reason is its source).
+fn with_sources(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut source = e.source();
+    while let Some(inner) = source {
+        s.push_str(": ");
+        s.push_str(&inner.to_string());
+        source = inner.source();
+    }
+    s
+}
 
 /// What `TRA_GEMM` asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -96,7 +120,8 @@ pub enum GemmError {
     OpenBlasUnavailable {
         /// The libraries tried, comma-separated.
         tried: String,
-        /// Why the last one failed (the loader's message, or a missing symbol).
+        /// Why each one failed (the loader's message, a missing symbol, or
+        /// a serial build), `; `-separated.
         reason: String,
     },
 }
@@ -144,25 +169,26 @@ impl OpenBlas {
     /// Open the first of `libraries` that loads and has the CBLAS GEMMs,
     /// and set it to run every call on the caller's thread.
     pub fn open(libraries: &[&str]) -> Result<OpenBlas, GemmError> {
-        let mut reason = String::from("no library to try");
+        let mut reasons = Vec::new();
         for &name in libraries {
             match OpenBlas::open_one(name) {
                 Ok(o) => return Ok(o),
-                Err(e) => reason = e,
+                Err(e) => reasons.push(e),
             }
         }
+        let reason = if reasons.is_empty() { String::from("no library to try") } else { reasons.join("; ") };
         Err(GemmError::OpenBlasUnavailable { tried: libraries.join(", "), reason })
     }
 
     fn open_one(name: &str) -> Result<OpenBlas, String> {
         // SAFETY: loading OpenBLAS runs its initialisers, which only set up
         // its own state (and, in threaded builds, its idle thread pool).
-        let lib = unsafe { libloading::Library::new(name) }.map_err(|e| e.to_string())?;
+        let lib = unsafe { libloading::Library::new(name) }.map_err(|e| format!("{name}: {}", with_sources(&e)))?;
         // SAFETY: the symbols have these C signatures in every OpenBLAS
         // (cblas.h; `blasint` is `int` in the LP64 builds this soname names).
         unsafe {
             let missing = |symbol: &'static str| {
-                move |e: libloading::Error| format!("{name} has no `{symbol}` (not OpenBLAS?): {e}")
+                move |e: libloading::Error| format!("{name} has no `{symbol}` (not OpenBLAS?): {}", with_sources(&e))
             };
             let sgemm = *lib.get::<CblasGemm<f32>>(b"cblas_sgemm\0").map_err(missing("cblas_sgemm"))?;
             let dgemm = *lib.get::<CblasGemm<f64>>(b"cblas_dgemm\0").map_err(missing("cblas_dgemm"))?;
