@@ -33,6 +33,12 @@
 //!   first sent to the last received; the link rate is the slope between the
 //!   two sizes, so that an exchange's fixed cost is not mistaken for a slow
 //!   link (a single 16 MiB shuffle read about 60% of the slope on loopback).
+//! - **Processor time of an exchange**: the same two shuffles' processor
+//!   time (user and system, every thread of each job process, divided by
+//!   its kernel threads), per byte that crossed: the slope between the two
+//!   again. Over loopback it is the processors that move the bytes, and a
+//!   streamed matmul's GEMMs wait for them; over a network link slower than
+//!   that, the exchange runs beside the GEMMs.
 //! - **Latency**: that line's intercept (the fixed cost of an exchange of
 //!   blocks), or the wall time of a shuffle of one float per site if longer.
 //!
@@ -321,6 +327,7 @@ pub fn calibrate(args: &CalibrateArgs) -> Result<Calibration, String> {
     // latency, unless a shuffle of one float per site takes longer.
     let per_block = b * b * 4;
     let mut points = Vec::new();
+    let mut cpu_points = Vec::new();
     for mib in [4usize, 32] {
         let blocks = ((mib << 20) / per_block).max(2) * n;
         let shuffle = plan(serde_json::json!({
@@ -329,6 +336,7 @@ pub fn calibrate(args: &CalibrateArgs) -> Result<Calibration, String> {
             "outputs": ["S"]}))?;
         let spec = runner.job(&shuffle)?;
         let mut best: Option<(f64, f64)> = None;
+        let mut least_cpu = f64::INFINITY;
         for _ in 0..reps {
             let r = runner.run(&spec)?;
             if let Some(w) = r.wire.get("S") {
@@ -336,9 +344,25 @@ pub fn calibrate(args: &CalibrateArgs) -> Result<Calibration, String> {
                     best = Some((w.bytes as f64 / n as f64, w.ms / 1000.0));
                 }
             }
+            // Processor seconds per process, per kernel thread: the share of
+            // a site's processors the job took.
+            if r.cpu_ms.len() == n && r.threads > 0 && r.cpu_ms.iter().all(|&c| c > 0.0) {
+                let per_process = r.cpu_ms.iter().sum::<f64>() / n as f64 / 1000.0;
+                least_cpu = least_cpu.min(per_process / r.threads as f64);
+            }
+        }
+        if let Some((bytes, _)) = best {
+            cpu_points.push((bytes, least_cpu));
         }
         points.extend(best);
     }
+    // The processor time an exchanged byte costs a site: the slope of the
+    // processor time between the two shuffles (the job's fixed work —
+    // starting, reading the plan, connecting — cancels out).
+    let exchange_cpu = match cpu_points[..] {
+        [(b0, c0), (b1, c1)] if b1 > b0 && c1 > c0 && c1.is_finite() => Some((b1 - b0) / (c1 - c0)),
+        _ => None,
+    };
     let (link, intercept) = match points[..] {
         [(b0, t0), (b1, t1)] if b1 > b0 && t1 > t0 => {
             let rate = (b1 - b0) / (t1 - t0);
@@ -372,6 +396,7 @@ pub fn calibrate(args: &CalibrateArgs) -> Result<Calibration, String> {
         memory_bytes_per_second: if memory > 0.0 { memory } else { defaults.memory_bytes_per_second },
         latency_seconds: if latency.is_finite() { latency } else { defaults.latency_seconds },
         bytes_per_float: 4,
+        exchange_cpu_bytes_per_second: exchange_cpu,
     };
     Ok(Calibration {
         profile,

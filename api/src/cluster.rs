@@ -555,6 +555,7 @@ fn summary(
         "network_floats_predicted": predicted_total,
         "floats_match": job.network_floats == predicted_total,
         "wire": job.wire,
+        "cpu_ms_per_process": job.cpu_ms,
         "timings_ms": {
             "optimize": optimize_ms, "job": job_ms, "run": job.run_ms, "load": job.load_ms, "write": job.write_ms,
             "total": t_start.elapsed().as_secs_f64() * 1e3,

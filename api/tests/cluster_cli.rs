@@ -79,6 +79,12 @@ fn check_summary(out: &str) -> serde_json::Value {
             assert_eq!(op["floats_moved"], op["predicted_floats"], "{op}");
         }
     }
+    // Every process's processor time, measured.
+    if v["runtime"] == "cluster" {
+        let cpu = v["cpu_ms_per_process"].as_array().unwrap_or_else(|| panic!("{out}"));
+        assert_eq!(cpu.len() as u64, v["processes"].as_u64().unwrap(), "{out}");
+        assert!(cpu.iter().all(|c| c.as_f64().unwrap() > 0.0), "{out}");
+    }
     v
 }
 

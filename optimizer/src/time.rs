@@ -43,7 +43,13 @@
 //!   `b` (the join's and the aggregation's compute, the roofline above) and
 //!   `c` (the output exchanges' link time); the site's link carries both
 //!   exchanges' bytes, so the busiest resource takes
-//!   `max((in_a + in_c) / link, (out_a + out_c) / link, b)`;
+//!   `max((in_a + in_c) / link, (out_a + out_c) / link, b + cpu_a + cpu_c)`,
+//!   where `cpu_x` is the processor time of moving exchange `x`'s bytes
+//!   ([`Profile::exchange_cpu_bytes_per_second`], 0 without it): the site's
+//!   processors run the GEMMs and move the bytes. Over loopback moving bytes
+//!   is all processor work, and the GEMMs wait for it (measured: a streamed
+//!   matmul predicted at 0.75–0.8× its time without this term); over a
+//!   network link slower than the processors it is a small share;
 //! - plus the fill and drain of a pipeline of `g` output blocks:
 //!   `(a + b + c − max(a, b, c)) / g`, where `g` is the number of output
 //!   blocks per site that computes (all of them, spread evenly) (the first block's members must
@@ -121,6 +127,17 @@ pub struct Profile {
     /// Bytes of one float on the wire.
     #[serde(default = "default_bytes_per_float")]
     pub bytes_per_float: u64,
+    /// Bytes a site exchanges (sent and received alike) per second of its
+    /// processors' time: what moving bytes costs the processors that also
+    /// run the kernels (`tra calibrate`: the processor time of the job
+    /// processes over a shuffle's bytes, divided among a process's kernel
+    /// threads). Where links are slower than that (a real network), an
+    /// exchange mostly waits on its link and runs beside the GEMMs of a
+    /// streamed matmul; over loopback it is the processors that move the
+    /// bytes, so those GEMMs wait for them. Optional: without it exchanges
+    /// cost no processor time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exchange_cpu_bytes_per_second: Option<f64>,
 }
 
 fn default_link() -> f64 {
@@ -147,6 +164,7 @@ impl Default for Profile {
             memory_bytes_per_second: default_memory(),
             latency_seconds: default_latency(),
             bytes_per_float: default_bytes_per_float(),
+            exchange_cpu_bytes_per_second: None,
         }
     }
 }
@@ -164,6 +182,9 @@ impl Profile {
         positive("link_bytes_per_second", self.link_bytes_per_second)?;
         positive("site_flops_per_second", self.site_flops_per_second)?;
         positive("memory_bytes_per_second", self.memory_bytes_per_second)?;
+        if let Some(rate) = self.exchange_cpu_bytes_per_second {
+            positive("exchange_cpu_bytes_per_second", rate)?;
+        }
         if !(self.latency_seconds.is_finite() && self.latency_seconds >= 0.0) {
             return Err((
                 "latency_seconds",
@@ -177,6 +198,16 @@ impl Profile {
             ));
         }
         Ok(())
+    }
+
+    /// The processor time a site spends exchanging `load`'s bytes (half a
+    /// byte's cost to send it, half to receive it), 0 without
+    /// [`Profile::exchange_cpu_bytes_per_second`].
+    pub fn exchange_cpu_seconds(&self, load: &SiteLoad) -> f64 {
+        match self.exchange_cpu_bytes_per_second {
+            Some(rate) => (load.bytes_in + load.bytes_out) as f64 / (2.0 * rate),
+            None => 0.0,
+        }
     }
 }
 
@@ -215,11 +246,13 @@ pub fn stage_seconds(exchange: bool, loads: &[SiteLoad], p: &Profile) -> (f64, u
             [
                 (l.bytes_out as f64 / p.link_bytes_per_second, Resource::LinkOut),
                 (l.bytes_in as f64 / p.link_bytes_per_second, Resource::LinkIn),
+                (p.exchange_cpu_seconds(l), Resource::Compute),
             ]
         } else {
             [
                 (l.flops as f64 / p.site_flops_per_second, Resource::Compute),
                 (l.memory_bytes as f64 / p.memory_bytes_per_second, Resource::Memory),
+                (0.0, Resource::Compute),
             ]
         };
         for (t, r) in candidates {
@@ -341,10 +374,12 @@ pub fn pipeline_seconds(
     let mut best = (0.0, 0, Resource::Compute);
     for site in 0..sites {
         let (o, l, x) = (operands[site], local[site], outputs[site]);
-        let a = link(o.bytes_in).max(link(o.bytes_out));
+        let (cpu_a, cpu_c) = (p.exchange_cpu_seconds(&o), p.exchange_cpu_seconds(&x));
+        let a = link(o.bytes_in).max(link(o.bytes_out)).max(cpu_a);
         let (b, _, compute) = stage_seconds(false, &[l], p);
-        let c = link(x.bytes_in).max(link(x.bytes_out));
-        let mut bound = (b, compute);
+        let c = link(x.bytes_in).max(link(x.bytes_out)).max(cpu_c);
+        // The site's processors run the GEMMs and move the exchanges' bytes.
+        let mut bound = (b + cpu_a + cpu_c, compute);
         for (t, r) in
             [(link(o.bytes_in + x.bytes_in), Resource::LinkIn), (link(o.bytes_out + x.bytes_out), Resource::LinkOut)]
         {
@@ -441,6 +476,7 @@ mod tests {
             memory_bytes_per_second: 1.0,
             latency_seconds: 0.5,
             bytes_per_float: 4,
+            exchange_cpu_bytes_per_second: None,
         };
         // An exchange: site 1 receives 300 bytes (3 s), site 0 sends 200 (2 s).
         let (t, site, r) = stage_seconds(true, &[load(200, 0, 0), load(0, 300, 0)], &p);
@@ -489,6 +525,7 @@ mod tests {
             memory_bytes_per_second: 1e9,
             latency_seconds,
             bytes_per_float: 4,
+            exchange_cpu_bytes_per_second: None,
         }
     }
 
@@ -538,6 +575,42 @@ mod tests {
         // one per exchange.
         let (t, _) = plan_seconds(&plan, &cmm_loads(100, 100), &profile(0.5));
         assert_eq!(t, 4.5 + 1.0 + 2.0 * 0.5);
+    }
+
+    #[test]
+    fn exchanged_bytes_take_processor_time_from_a_streamed_matmuls_gemms() {
+        let plan = plan(8, CMM, r#""F""#);
+        // The processors exchange 200 bytes a second (half a byte's cost to
+        // send it, half to receive it): per site the operands' 100 bytes in
+        // and 100 out take 0.5 s of them, the partial sums' 0.5 s more, so
+        // the site's processors are busy 4 + 0.5 + 0.5 s, the links 2 s each
+        // way; plus the fill and drain of (1 + 1) / 4. Then the final sum.
+        let p = Profile { exchange_cpu_bytes_per_second: Some(200.0), ..profile(0.0) };
+        let (t, b) = plan_seconds(&plan, &cmm_loads(100, 100), &p);
+        assert_eq!(t, 5.0 + 0.5 + 1.0);
+        assert_eq!(b.unwrap().resource, Resource::Compute);
+        // Never more than the stages one after another: at 100 bytes a
+        // second the processors are busy 4 + 1 + 1 s, and the fill and drain
+        // would take the pipeline past 1 + 4 + 1 s.
+        let p = Profile { exchange_cpu_bytes_per_second: Some(100.0), ..profile(0.0) };
+        assert_eq!(plan_seconds(&plan, &cmm_loads(100, 100), &p).0, 6.0 + 1.0);
+        // Processors that move bytes 4× slower than the links: the operands
+        // take 4 s, the GEMMs 4 s and the partial sums 4 s.
+        let slow = Profile { exchange_cpu_bytes_per_second: Some(25.0), ..profile(0.0) };
+        assert_eq!(plan_seconds(&plan, &cmm_loads(100, 100), &slow).0, 4.0 + 4.0 + 4.0 + 1.0);
+        // An exchange stage on its own: the slower of its link and the
+        // processors moving its bytes.
+        let p = Profile { exchange_cpu_bytes_per_second: Some(200.0), ..profile(0.0) };
+        assert_eq!(stage_seconds(true, &[load(100, 100, 0)], &p), (1.0, 0, Resource::LinkOut));
+        assert_eq!(stage_seconds(true, &[load(100, 100, 0)], &slow), (4.0, 0, Resource::Compute));
+        // Without the rate (profiles from before it), no processor time.
+        let (t, _) = plan_seconds(&plan, &cmm_loads(100, 100), &profile(0.0));
+        assert_eq!(t, 4.5 + 1.0);
+        let q: Profile = serde_json::from_str(r#"{"link_bytes_per_second": 1e8}"#).unwrap();
+        assert_eq!(q.exchange_cpu_bytes_per_second, None);
+        assert!(!serde_json::to_string(&q).unwrap().contains("exchange_cpu"));
+        let r: Profile = serde_json::from_str(r#"{"exchange_cpu_bytes_per_second": 4e8}"#).unwrap();
+        assert_eq!(r.exchange_cpu_bytes_per_second, Some(4e8));
     }
 
     #[test]
@@ -600,5 +673,7 @@ mod tests {
         assert_eq!(bad.check().unwrap_err().0, "memory_bytes_per_second");
         let bad = Profile { bytes_per_float: 0, ..Profile::default() };
         assert_eq!(bad.check().unwrap_err().0, "bytes_per_float");
+        let bad = Profile { exchange_cpu_bytes_per_second: Some(0.0), ..Profile::default() };
+        assert_eq!(bad.check().unwrap_err().0, "exchange_cpu_bytes_per_second");
     }
 }

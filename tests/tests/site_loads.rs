@@ -243,6 +243,7 @@ fn stage_costs_and_the_exact_scorer_agree() {
         memory_bytes_per_second: 2e9,
         latency_seconds: 0.005,
         bytes_per_float: 4,
+        exchange_cpu_bytes_per_second: None,
     };
     let programs = [
         // Thin matmul: partial sums of products are aggregated (memory-bound folds).

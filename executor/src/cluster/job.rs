@@ -155,6 +155,13 @@ pub struct JobReport {
     /// Bytes sent between processes, and how long that took, per shuffle and broadcast.
     #[serde(default)]
     pub wire: BTreeMap<String, super::dataflow::WireStat>,
+    /// Kernel threads of each process.
+    #[serde(default)]
+    pub threads: usize,
+    /// Processor time of each process during the job, in milliseconds
+    /// (user and system, every thread).
+    #[serde(default)]
+    pub cpu_ms: Vec<f64>,
     /// Per node, in execution order (the thread runtime's `NodeStats` fields).
     pub nodes: Vec<serde_json::Value>,
     /// Per output: tuples, checksum, and where it was written.
@@ -278,7 +285,7 @@ fn run_typed<T: Elem>(spec: &JobSpec, comm: &Comm, token: u64) -> Result<Option<
     let run = run_process::<T>(&spec.plan, &inputs, comm, &cfg).map_err(|e| format!("error while running: {e}"))?;
     match run {
         None => Ok(None),
-        Some(run) => finish_outputs(spec, &typed, run).map(Some),
+        Some(run) => finish_outputs(spec, &typed, run, cfg.threads).map(Some),
     }
 }
 
@@ -286,6 +293,7 @@ fn finish_outputs<T: Elem>(
     spec: &JobSpec,
     typed: &tra_optimizer::check::TypedPlan,
     run: ClusterRun<T>,
+    threads: usize,
 ) -> Result<JobReport, String> {
     use serde_json::json;
     let t_write = Instant::now();
@@ -333,6 +341,8 @@ fn finish_outputs<T: Elem>(
         network_floats: run.total_floats_moved(),
         floats_moved: run.floats_moved.clone(),
         wire: run.wire.clone(),
+        threads,
+        cpu_ms: run.cpu_ms.clone(),
         nodes: run.nodes.iter().map(|n| serde_json::to_value(n).expect("JSON")).collect(),
         outputs,
     })

@@ -194,8 +194,13 @@ pub(super) fn finish<T: Elem>(p: &Proc<T>, c: Collected<T>, wall_ms: f64) -> Res
     let mut first = vec![u64::MAX; n];
     let mut last = vec![0u64; n];
     let mut wire_bytes = vec![0u64; n];
+    // Every worker of a process reads the same process clock: its latest.
+    let mut cpu_ns = vec![0u64; p.processes];
     for r in &c.reports {
         load_ns = load_ns.max(r.load_ns);
+        if let Some(c) = cpu_ns.get_mut(r.site / p.workers.max(1)) {
+            *c = (*c).max(r.cpu_ns);
+        }
         for (i, st) in r.steps.iter().enumerate().take(n) {
             done[i] = done[i].max(st.done_ns);
             if st.first_ns > 0 {
@@ -261,6 +266,7 @@ pub(super) fn finish<T: Elem>(p: &Proc<T>, c: Collected<T>, wall_ms: f64) -> Res
         wall_ms,
         load_ms: load_ns as f64 / 1e6,
         wire,
+        cpu_ms: cpu_ns.iter().map(|&c| c as f64 / 1e6).collect(),
     })
 }
 

@@ -158,6 +158,11 @@ pub struct ClusterRun<T: Elem> {
     pub load_ms: f64,
     /// Per shuffle and broadcast: what crossed between processes.
     pub wire: BTreeMap<String, WireStat>,
+    /// Processor time (user and system, every thread) of each process from
+    /// its start to its report, in milliseconds: what the job cost the
+    /// processors, beside its wall time (`tra calibrate` reads how much
+    /// processor time an exchange takes per byte from it).
+    pub cpu_ms: Vec<f64>,
 }
 
 /// What one exchange sent between processes.
@@ -219,6 +224,8 @@ struct Proc<T: Elem> {
     workers: usize,
     processes: usize,
     start: Instant,
+    /// [`process_cpu_ns`] when the process started the job.
+    cpu_start_ns: u64,
     kernels: Arc<rayon::ThreadPool>,
     every: Mutex<HashMap<usize, EveryCell<T>>>,
     replicated: Mutex<HashMap<String, EveryCell<T>>>,
@@ -242,6 +249,19 @@ struct ErrorRecord {
     site: usize,
     node: Option<String>,
     message: String,
+}
+
+/// The processor time this process has used, user and system, all threads,
+/// in nanoseconds (0 where the system cannot say).
+pub fn process_cpu_ns() -> u64 {
+    // SAFETY: getrusage fills the struct it is given; a zeroed rusage is a
+    // valid value of it.
+    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) } != 0 {
+        return 0;
+    }
+    let ns = |t: libc::timeval| t.tv_sec as u64 * 1_000_000_000 + t.tv_usec as u64 * 1_000;
+    ns(u.ru_utime) + ns(u.ru_stime)
 }
 
 /// Nanoseconds since the Unix epoch on the system clock: the ends of an
@@ -275,6 +295,10 @@ struct StepStat {
 struct WorkerReport {
     site: usize,
     load_ns: u64,
+    /// The processor time of this worker's process since it started
+    /// ([`process_cpu_ns`]), when the worker reported.
+    #[serde(default)]
+    cpu_ns: u64,
     steps: Vec<StepStat>,
     errors: Vec<ErrorRecord>,
     written: BTreeMap<String, Written>,
@@ -440,6 +464,7 @@ pub fn run_process<T: Elem>(
         workers,
         processes,
         start: Instant::now(),
+        cpu_start_ns: process_cpu_ns(),
         kernels,
         every: Mutex::new(HashMap::new()),
         replicated: Mutex::new(HashMap::new()),
@@ -668,12 +693,14 @@ fn build<'s, T: Elem>(
     terminal.extend(writers);
     let all = scope.concatenate(terminal);
     let p2 = p.clone();
+    let cpu_start_ns = p.cpu_start_ns;
     let done = all.unary_frontier::<CB<T>, _, _, _>(Pipeline, "report", move |cap, _| {
         let mut cap = Some(cap);
         move |(input, frontier), output| {
             input.for_each(|_, data| drop(data.take_items()));
             if frontier.is_empty() {
                 if let Some(c) = cap.take() {
+                    report.borrow_mut().cpu_ns = process_cpu_ns().saturating_sub(cpu_start_ns);
                     let json = serde_json::to_vec(&*report.borrow()).expect("JSON");
                     output.session(&c).give(Item::meta(0, me as u32, json));
                 }
