@@ -76,7 +76,7 @@ function optimizeCached(body) {
 const CLUSTER_DEFAULTS = {sites: 4, network_weight: 1, compute_weight: 0, cost_model: "network"};
 const CONTROL_OF = {sites: "sites", network_weight: "alpha", compute_weight: "beta", cost_model: "costModel"};
 /** The profile the API uses where a request gives none (docs/API.md). */
-const PROFILE_DEFAULTS = {link_bytes_per_second: 1.25e9, site_flops_per_second: 1.0e11, latency_seconds: 1e-4, bytes_per_float: 4};
+const PROFILE_DEFAULTS = {link_bytes_per_second: 1.25e9, site_flops_per_second: 1.0e11, memory_bytes_per_second: 1.0e10, latency_seconds: 1e-4, bytes_per_float: 4};
 
 /** Predicted seconds, in the unit that reads best. */
 function secs(s) {
@@ -454,7 +454,8 @@ function renderSiteLoads(answer, cl) {
       <div class="load-bars">${bar(l, "bytes_out", "out")}${bar(l, "bytes_in", "in")}${bar(l, "flops", "flops")}</div>
       <span class="load-figs muted small">${si(l.bytes_out)}B ↑ · ${si(l.bytes_in)}B ↓ · ${si(l.flops)} flops · ${si(l.memory_bytes)}B memory</span></div>`).join("") : "";
   const p = {...PROFILE_DEFAULTS, ...(cl.profile || {})};
-  $("profileInUse").textContent = `profile${cl.profile ? "" : " (defaults)"}: link ${si(p.link_bytes_per_second)}B/s per site and direction · ${si(p.site_flops_per_second)} flop/s per site · latency ${secs(p.latency_seconds)} per exchange · ${p.bytes_per_float} bytes per float`;
+  $("profileInUse").textContent = `profile${cl.profile ? "" : " (defaults)"}: link ${si(p.link_bytes_per_second)}B/s per site and direction · ${si(p.site_flops_per_second)} flop/s per site · memory ${si(p.memory_bytes_per_second)}B/s per site · latency ${secs(p.latency_seconds)} per exchange · ${p.bytes_per_float} bytes per float` +
+    (p.exchange_cpu_bytes_per_second ? ` · a site's processors exchange ${si(p.exchange_cpu_bytes_per_second)}B/s` : "");
 }
 
 /** The large view of one alternative's DAG. */

@@ -232,7 +232,10 @@ test("the page of tra serve", async (t) => {
     const rows = await page.$$eval("#siteLoads .load-row", (rs) => rs.map((r) => ({flops: Number(r.dataset.flops), out: Number(r.dataset.bytesOut)})));
     assert.equal(rows.length, 10, "one load row per site of the example's 10");
     assert.ok(rows.some((r) => r.flops > 0), "some site computes");
-    assert.match(await page.$eval("#profileInUse", (e) => e.textContent), /profile \(defaults\): link 1\.25 GB\/s/);
+    const profileText = await page.$eval("#profileInUse", (e) => e.textContent);
+    assert.match(profileText, /profile \(defaults\): link 1\.25 GB\/s/);
+    assert.match(profileText, /memory 10 GB\/s per site/);
+    assert.doesNotMatch(profileText, /processors exchange/, "no exchange processor rate without one in the profile");
     assert.equal(await page.$eval("#costModel", (e) => e.value), "network");
     const before = await alternatives();
     await page.selectOption("#costModel", "time");
