@@ -226,6 +226,13 @@ pub fn note_rule_changed_graph(rule: &'static str) {
     });
 }
 
+/// A rule's match: the rule's egg name, the matched class and the classes
+/// its pattern's variables are bound to (in the order of the pattern's
+/// variables), each canonical when the match was applied. A union earlier
+/// in the same iteration can make two matches egg found one; the appliers
+/// then build the second's right-hand side only once.
+pub type MatchKey = (egg::Symbol, Id, smallvec::SmallVec<[Id; 6]>);
+
 /// Forget the rules noted by [`note_rule_changed_graph`] (at the start of
 /// each iteration).
 pub fn start_iteration() {
@@ -350,18 +357,17 @@ pub struct TraAnalysis {
     /// agree (default true). Mutation tests turn it off to show that the
     /// execution-based soundness harness catches an unsound rule on its own.
     pub check_merges: bool,
-    /// Rule applications that built something, by (rule, matched class,
-    /// substitution) as they were canonical then: egg searches every rule
-    /// again each iteration and finds the same matches again; an applier
-    /// that already built its right-hand side for the same classes would
-    /// only build the same nodes again, so it skips them.
-    pub applied: rustc_hash::FxHashSet<(egg::Symbol, Id, egg::Subst)>,
+    /// Rule applications that built something, by [`MatchKey`]: egg
+    /// searches every rule again each iteration and finds the same matches
+    /// again; an applier that already built its right-hand side for the same
+    /// classes would only build the same nodes again, so it skips them.
+    pub applied: rustc_hash::FxHashSet<MatchKey>,
     /// Matches a rule turned down on the analysis data alone (a condition
     /// that does not hold, a right-hand side that does not type), by the
     /// same key: while no class's data changes, they would be turned down
     /// again, so the applier skips them. Valid for [`TraAnalysis::data_epoch`]
     /// `rejected_epoch` only.
-    pub rejected: rustc_hash::FxHashSet<(egg::Symbol, Id, egg::Subst)>,
+    pub rejected: rustc_hash::FxHashSet<MatchKey>,
     /// Every class egg changed (new, merged into, or with new analysis
     /// data), in order: where the incremental search looks for new matches
     /// ([`crate::schedule`]).

@@ -20,7 +20,7 @@
 
 use egg::{Applier, ENodeOrVar, Id, Language, Pattern, PatternAst, Rewrite, Subst, Symbol, Var};
 use std::sync::Arc;
-use tra_optimizer::egraph::{add_typed, nodes, ClassData, Ia, LogicalType, Param, TraAnalysis, TraEGraph};
+use tra_optimizer::egraph::{add_typed, nodes, ClassData, Ia, LogicalType, MatchKey, Param, TraAnalysis, TraEGraph};
 use tra_optimizer::kernel::KernelRef;
 use tra_optimizer::keyexpr::{KeyFn, Predicate};
 use tra_optimizer::rule::{Named, TraRewrite};
@@ -201,6 +201,8 @@ type BuildFn = dyn Fn(&mut TraEGraph, Id, &Subst) -> Vec<(Id, Id)> + Send + Sync
 #[derive(Clone)]
 pub struct Build {
     guard: Guard,
+    /// The left-hand side's variables, in order: a match's key.
+    vars: Vec<Var>,
     /// The rule's named conditions (read only the class analysis).
     holds: Option<Arc<Test>>,
     /// Whether `f` building nothing depends only on the analysis data of the
@@ -212,7 +214,7 @@ pub struct Build {
 
 impl Build {
     /// Whether this match was turned down on the same analysis data before.
-    fn rejected_before(egraph: &mut TraEGraph, key: &(Symbol, Id, Subst)) -> bool {
+    fn rejected_before(egraph: &mut TraEGraph, key: &MatchKey) -> bool {
         let a = &mut egraph.analysis;
         if a.rejected_epoch != a.data_epoch {
             a.rejected.clear();
@@ -231,7 +233,13 @@ impl Applier<Ia, TraAnalysis> for Build {
         _searcher_ast: Option<&PatternAst<Ia>>,
         rule_name: Symbol,
     ) -> Vec<Id> {
-        let key = (rule_name, eclass, subst.clone());
+        // Canonical now: a union earlier in this iteration may already have
+        // made this match one applied before.
+        let key: MatchKey = (
+            rule_name,
+            egraph.find(eclass),
+            self.vars.iter().filter_map(|v| subst.get(*v).map(|&i| egraph.find(i))).collect(),
+        );
         if egraph.analysis.applied.contains(&key) || Build::rejected_before(egraph, &key) {
             return Vec::new();
         }
@@ -268,10 +276,11 @@ pub fn rewrite_pairs(
     guard: Guard,
     f: impl Fn(&mut TraEGraph, Id, &Subst) -> Vec<(Id, Id)> + Send + Sync + 'static,
 ) -> TraRewrite {
-    rewrite_built(rule, egg_name, lhs, Build { guard, holds: None, data_only: false, f: Arc::new(f) })
+    rewrite_built(rule, egg_name, lhs, Build { guard, vars: Vec::new(), holds: None, data_only: false, f: Arc::new(f) })
 }
 
 fn rewrite_built(rule: &'static str, egg_name: &str, lhs: &Pattern<Ia>, build: Build) -> TraRewrite {
+    let build = Build { vars: lhs.vars(), ..build };
     Rewrite::new(egg_name, lhs.clone(), Named { rule, inner: build }).unwrap_or_else(|e| panic!("rule {egg_name}: {e}"))
 }
 
@@ -517,11 +526,13 @@ impl Rw {
                         };
                         asts.iter().filter_map(|a| inst(eg, a, &s)).map(|r| (id, r)).collect()
                     };
-                    rewrite_built(rule, &name, lhs, Build { guard, holds, data_only, f: Arc::new(f) })
+                    rewrite_built(rule, &name, lhs, Build { guard, vars: Vec::new(), holds, data_only, f: Arc::new(f) })
                 }
                 // A computed right-hand side may read the graph: only its
                 // failed conditions are remembered.
-                Rhs::Apply { f, .. } => rewrite_built(rule, &name, lhs, Build { guard, holds, data_only: false, f }),
+                Rhs::Apply { f, .. } => {
+                    rewrite_built(rule, &name, lhs, Build { guard, vars: Vec::new(), holds, data_only: false, f })
+                }
             }
         };
         let holds: Arc<Test> = Arc::new(holds);
