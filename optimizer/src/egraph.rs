@@ -231,7 +231,7 @@ pub fn note_rule_changed_graph(rule: &'static str) {
 /// variables), each canonical when the match was applied. A union earlier
 /// in the same iteration can make two matches egg found one; the appliers
 /// then build the second's right-hand side only once.
-pub type MatchKey = (egg::Symbol, Id, smallvec::SmallVec<[Id; 6]>);
+pub type MatchKey = (egg::Symbol, Id, smallvec::SmallVec<[Id; 8]>);
 
 /// Forget the rules noted by [`note_rule_changed_graph`] (at the start of
 /// each iteration).

@@ -235,11 +235,13 @@ impl Applier<Ia, TraAnalysis> for Build {
     ) -> Vec<Id> {
         // Canonical now: a union earlier in this iteration may already have
         // made this match one applied before.
-        let key: MatchKey = (
-            rule_name,
-            egraph.find(eclass),
-            self.vars.iter().filter_map(|v| subst.get(*v).map(|&i| egraph.find(i))).collect(),
-        );
+        let mut ids = smallvec::SmallVec::with_capacity(self.vars.len());
+        for v in &self.vars {
+            if let Some(&i) = subst.get(*v) {
+                ids.push(egraph.find(i));
+            }
+        }
+        let key: MatchKey = (rule_name, egraph.find(eclass), ids);
         if egraph.analysis.applied.contains(&key) || Build::rejected_before(egraph, &key) {
             return Vec::new();
         }
