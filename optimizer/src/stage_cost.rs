@@ -21,7 +21,9 @@
 //! longer streamed than in turn, and the pipeline pays one latency per level
 //! of exchange instead of one per exchange). Extraction may therefore rank a
 //! streamed plan too low; it is still a candidate, as the best plan of its
-//! join strategy, and the exact re-scoring prices its overlap.
+//! join strategy, and the exact re-scoring prices its overlap. The same
+//! holds for exchanges of inputs, which the exact model prices together as
+//! one stage and these costs one by one (an upper bound again).
 
 use crate::cost::{node_cost, Cost, Weights};
 use crate::egraph::nodes::{ia_op, leaf};

@@ -60,8 +60,17 @@
 //!
 //! A `broadcast` operand is not overlapped: its copy reaches a process only
 //! when complete (the leader shares it then), so it stays a stage before the
-//! pipeline. Every other operator is a stage of its own and stages are
-//! sequential. The thread runtime streams nothing (its site threads step in
+//! pipeline.
+//!
+//! **Exchanges of inputs run together.** Every input is read when the job
+//! starts, and the exchanges that read one (outside a pipeline) route its
+//! tuples at the same time, on the same links: they are one stage, each
+//! site's bytes summed over them, one latency, named after the exchange that
+//! moves the most at its busiest site. Summing them as stages in turn would
+//! charge a latency per exchange and add the busiest site of each even where
+//! different sites are busy in each (a broadcast from one site beside a
+//! shuffle to another). Every other operator is a stage of its own and
+//! stages are sequential. The thread runtime streams nothing (its site threads step in
 //! lockstep), so for it the model is optimistic on streamed pipelines; its
 //! exchanges are memory copies, not links, and the profile is the cluster's.
 //! Why: measured on two processes over loopback, the shuffle of a streamed
@@ -398,6 +407,28 @@ pub fn pipeline_seconds(
     best
 }
 
+/// The stage of exchanges that run at the same time: every site's loads
+/// summed over them, one latency (they start together), named after the
+/// exchange that moves the most bytes at the busiest site. `None` for no
+/// exchange.
+fn concurrent_exchanges(exchanges: &[(&String, &OpLoads)], p: &Profile) -> Option<(String, (f64, usize, Resource))> {
+    let sites = exchanges.iter().map(|(_, l)| l.len()).max()?;
+    let mut total = vec![SiteLoad::default(); sites];
+    for (_, l) in exchanges {
+        for (t, x) in total.iter_mut().zip(l.iter()) {
+            *t += *x;
+        }
+    }
+    let (t, site, resource) = stage_seconds(true, &total, p);
+    let moved = |l: &SiteLoad| match resource {
+        Resource::LinkIn => l.bytes_in,
+        Resource::LinkOut => l.bytes_out,
+        _ => l.bytes_in + l.bytes_out,
+    };
+    let (name, _) = exchanges.iter().max_by_key(|(_, l)| l.get(site).map_or(0, moved))?;
+    Some(((*name).clone(), (t, site, resource)))
+}
+
 /// A plan's predicted seconds and its bottleneck, from the loads of its
 /// operators: the sum of its stages, each streamed pipeline one stage (see
 /// the module docs). A plan without operators takes no time and has no
@@ -410,11 +441,24 @@ pub fn plan_seconds(plan: &Plan, loads: &IndexMap<String, Arc<OpLoads>>, p: &Pro
         .map(String::as_str)
         .collect();
     let mut stages: Vec<(String, (f64, usize, Resource))> = Vec::new();
+    // Exchanges of the plan's inputs (outside pipelines): one stage together.
+    let mut of_inputs: Vec<(&String, &OpLoads)> = Vec::new();
     for (name, l) in loads {
-        if !member.contains(name.as_str()) {
-            let exchange = matches!(plan.nodes.get(name), Some(IaOp::Shuffle { .. } | IaOp::Broadcast { .. }));
-            stages.push((name.clone(), stage_seconds(exchange, l, p)));
+        if member.contains(name.as_str()) {
+            continue;
         }
+        match plan.nodes.get(name) {
+            Some(IaOp::Shuffle { input, .. } | IaOp::Broadcast { input }) if plan.inputs.contains_key(input) => {
+                of_inputs.push((name, l));
+            }
+            Some(IaOp::Shuffle { .. } | IaOp::Broadcast { .. }) => {
+                stages.push((name.clone(), stage_seconds(true, l, p)))
+            }
+            _ => stages.push((name.clone(), stage_seconds(false, l, p))),
+        }
+    }
+    if let Some(stage) = concurrent_exchanges(&of_inputs, p) {
+        stages.push(stage);
     }
     for pl in &pipelines {
         stages.push((pl.aggregate.clone(), pipeline_seconds(pl, loads, p)));
@@ -542,6 +586,36 @@ mod tests {
         let b = b.unwrap();
         assert_eq!((b.node.as_str(), b.site, b.resource, b.seconds), ("j", 1, Resource::Compute, 3.0));
         assert_eq!(plan_seconds(&plan, &IndexMap::new(), &profile(0.0)), (0.0, None));
+    }
+
+    #[test]
+    fn exchanges_of_inputs_run_together_as_one_stage() {
+        // A broadcast of X and a shuffle of Y feed a join (a broadcast operand
+        // is never streamed): both start with the job and share each site's
+        // link. Site 0 sends 200 bytes of X and receives 300 of Y; site 1
+        // sends those 300 and receives the 200: one stage bound by 300 bytes
+        // on one link, 3 s + one latency; not 2 s + 3 s + two latencies.
+        let nodes = r#""b": {"op": "broadcast", "input": "X"},
+            "s": {"op": "shuffle", "input": "Y", "dims": [1]},
+            "j": {"op": "local_join", "left": "b", "right": "s", "left_keys": [1], "right_keys": [0], "kernel": "matMul"}"#;
+        let together = plan(8, nodes, r#""j""#);
+        assert!(streamed_pipelines(&together).is_empty());
+        let mut loads = IndexMap::new();
+        loads.insert("b".to_string(), Arc::new(vec![load(200, 0, 0), load(0, 200, 0)]));
+        loads.insert("s".to_string(), Arc::new(vec![load(0, 300, 0), load(300, 0, 0)]));
+        loads.insert("j".to_string(), Arc::new(vec![load(0, 0, 10), load(0, 0, 10)]));
+        let (t, b) = plan_seconds(&together, &loads, &profile(0.5));
+        assert_eq!(t, 3.0 + 0.5 + 1.0);
+        let b = b.unwrap();
+        assert_eq!((b.node.as_str(), b.site, b.resource, b.seconds), ("s", 0, Resource::LinkIn, 3.5));
+        // An exchange of an intermediate result waits for it: a stage of its own.
+        let nodes = r#""b": {"op": "broadcast", "input": "X"},
+            "m": {"op": "local_map", "input": "Y", "kernel": "relu"},
+            "s": {"op": "shuffle", "input": "m", "dims": [1]},
+            "j": {"op": "local_join", "left": "b", "right": "s", "left_keys": [1], "right_keys": [0], "kernel": "matMul"}"#;
+        let apart = plan(8, nodes, r#""j""#);
+        loads.insert("m".to_string(), Arc::new(vec![load(0, 0, 0), load(0, 0, 0)]));
+        assert_eq!(plan_seconds(&apart, &loads, &profile(0.0)).0, 2.0 + 3.0 + 1.0);
     }
 
     #[test]
