@@ -22,6 +22,10 @@ own ranking figure (`cost.total`: floats for `network`, seconds for `time`)
 and the measured times over the pairs the model tells apart (figures more
 than 5% apart).
 
+With `--baseline-tra OTHER`, the alternatives are also ranked by another tra
+binary's time model (rows `time-baseline`) and every plan either gives is run
+too: a change to the model, before and after, on the same measurements.
+
 Run `tra calibrate --processes N > profile.json` (or `--hosts FILE`) first
 and pass it with --profile (without it the API's default profile is used).
 """
@@ -45,6 +49,9 @@ ap.add_argument("--reps", type=int, default=3)
 ap.add_argument("--block", type=int, default=256)
 ap.add_argument("--only", default=None, help="run only the shapes whose name contains this text")
 ap.add_argument("--json", default=None, help="also write the rows as JSON to this file")
+ap.add_argument("--baseline-tra", default=None,
+                help="also rank the alternatives with this other tra binary's time model (rows `time-baseline`), "
+                     "on the same measurements: a model change before and after")
 args = ap.parse_args()
 b = args.block
 if args.hosts:
@@ -159,8 +166,11 @@ def run_shape(name, prog, d):
         outs += ["--output", f"{o}=" + os.path.join(d, f"out-{o}.npy")]
     answers = {}
     plans = {}  # plan JSON -> file
-    for model in ["network", "time"]:
-        opt = [args.tra, "optimize", path, "--format", "json", "--cost-model", model]
+    models = [("network", args.tra, "network"), ("time", args.tra, "time")]
+    if args.baseline_tra:
+        models.append(("time-baseline", args.baseline_tra, "time"))
+    for model, tra, cost_model in models:
+        opt = [tra, "optimize", path, "--format", "json", "--cost-model", cost_model]
         if args.profile:
             opt += ["--profile", args.profile]
         answers[model] = json.loads(sh(opt))["alternatives"]

@@ -18,7 +18,7 @@
 #
 #   sudo bench/cluster/netbench.sh [--rate 100mbit] [--processes 3] [--reps 5]
 #                                  [--block 256] [--tra PATH] [--out FILE.json]
-#                                  [--every-alternative] [--only TEXT]
+#                                  [--every-alternative] [--only TEXT] [--baseline-tra PATH]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -30,6 +30,7 @@ TRA=""
 OUT=bench/cluster/netbench-results.json
 EVERY=0
 ONLY=""
+BASELINE=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --rate) RATE="$2"; shift 2 ;;
@@ -40,6 +41,7 @@ while [ $# -gt 0 ]; do
     --out) OUT="$2"; shift 2 ;;
     --every-alternative) EVERY=1; shift ;;
     --only) ONLY="$2"; shift 2 ;;
+    --baseline-tra) BASELINE="$2"; shift 2 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -109,7 +111,8 @@ if [ "$EVERY" = 1 ]; then
   "$TRA" calibrate --hosts "$WORK/hosts.txt" --dir "$WORK" --block "$BLOCK" --verbose > "$PROFILE"
   cat "$PROFILE"
   python3 bench/run_every_alternative.py --tra "$TRA" --hosts "$WORK/hosts.txt" --work "$WORK" \
-    --profile "$PROFILE" --reps "$REPS" --block "$BLOCK" --json "$OUT" ${ONLY:+--only "$ONLY"}
+    --profile "$PROFILE" --reps "$REPS" --block "$BLOCK" --json "$OUT" ${ONLY:+--only "$ONLY"} \
+    ${BASELINE:+--baseline-tra "$BASELINE"}
   exit 0
 fi
 
