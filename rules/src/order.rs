@@ -176,14 +176,32 @@ pub fn matmul_assoc() -> RuleDef {
         .build()
 }
 
-/// The right-hand side of `agg-eager` for a match, when its condition holds.
-fn push_aggregation(eg: &mut TraEGraph, s: &Subst, [g, agg, jl, jr, k, a, b]: [Var; 7]) -> Option<Id> {
-    let (gd, aggk, jld, jrd, kk) =
+/// What an `agg-eager` match reads: the aggregation's group dims, the join
+/// dims on each side and both operands' key arities.
+struct EagerMatch {
+    g: Vec<usize>,
+    jl: Vec<usize>,
+    jr: Vec<usize>,
+    na: usize,
+    nb: usize,
+}
+
+/// Reads an `agg-eager` match: `None` unless the join kernel is linear in
+/// each operand over the aggregation.
+fn eager_match(eg: &TraEGraph, s: &Subst, [g, agg, jl, jr, k, a, b]: [Var; 7]) -> Option<EagerMatch> {
+    let (g, aggk, jl, jr, kk) =
         (dims(eg, s[g])?, kernel(eg, s[agg])?, dims(eg, s[jl])?, dims(eg, s[jr])?, kernel(eg, s[k])?);
     if !kk.is_bilinear_over(aggk) {
         return None;
     }
     let (na, nb) = (arity(eg, s[a])?, arity(eg, s[b])?);
+    Some(EagerMatch { g: g.to_vec(), jl: jl.to_vec(), jr: jr.to_vec(), na, nb })
+}
+
+/// The right-hand side of `agg-eager/left` for a match, when its condition holds.
+fn push_aggregation_left(eg: &mut TraEGraph, s: &Subst, vs: [Var; 7]) -> Option<Id> {
+    let EagerMatch { g: gd, jl: jld, na, nb, jr: jrd } = eager_match(eg, s, vs)?;
+    let [_, agg, _, jr, k, a, b] = vs;
     let rest = (0..nb).filter(|d| !jrd.contains(d)).count();
     // g = ga ++ (every dim of b's rest, in order), ga increasing, holding
     // every left join dim, and leaving some dim of a out.
@@ -195,45 +213,87 @@ fn push_aggregation(eg: &mut TraEGraph, s: &Subst, [g, agg, jl, jr, k, a, b]: [V
         return None;
     }
     let jl2: Vec<usize> = jld.iter().map(|d| ga.iter().position(|x| x == d)).collect::<Option<_>>()?;
-    let (ga, jr, k, agg) = (ga.to_vec(), s[jr], s[k], s[agg]);
-    let ga = leaf(eg, Param::Dims(ga));
+    let (jr, k, agg) = (s[jr], s[k], s[agg]);
+    let ga = leaf(eg, Param::Dims(ga.to_vec()));
     let pre = add_checked(eg, Ia::Aggregate([ga, agg, s[a]]))?;
     let jl2 = leaf(eg, Param::Dims(jl2));
     add_checked(eg, Ia::Join([jl2, jr, k, pre, s[b]]))
 }
 
+/// The right-hand side of `agg-eager/right` for a match, when its condition holds.
+fn push_aggregation_right(eg: &mut TraEGraph, s: &Subst, vs: [Var; 7]) -> Option<Id> {
+    let EagerMatch { g: gd, jr: jrd, na, nb, .. } = eager_match(eg, s, vs)?;
+    let [_, agg, jl, _, k, a, b] = vs;
+    // b's dims that the join's output keeps (after a's), in order.
+    let rest: Vec<usize> = (0..nb).filter(|d| !jrd.contains(d)).collect();
+    // g = [0, 1, …, na-1] ++ gb, gb increasing output dims of b's rest,
+    // leaving some out.
+    let (head, gb) = gd.split_at(na.min(gd.len()));
+    let head_ok = head.len() == na && head.iter().enumerate().all(|(t, &d)| d == t);
+    let increasing = gb.windows(2).all(|w| w[0] < w[1]) && gb.iter().all(|&d| d >= na && d < na + rest.len());
+    if !head_ok || !increasing || gb.len() == rest.len() {
+        return None;
+    }
+    // The pre-aggregate keeps b's join dims and the kept rest dims, in b's order.
+    let kept: Vec<usize> = (0..nb).filter(|d| jrd.contains(d) || gb.iter().any(|&o| rest[o - na] == *d)).collect();
+    let jr2: Vec<usize> = jrd.iter().map(|d| kept.iter().position(|x| x == d)).collect::<Option<_>>()?;
+    let (jl, k, agg) = (s[jl], s[k], s[agg]);
+    let gb = leaf(eg, Param::Dims(kept));
+    let pre = add_checked(eg, Ia::Aggregate([gb, agg, s[b]]))?;
+    let jr2 = leaf(eg, Param::Dims(jr2));
+    add_checked(eg, Ia::Join([jl, jr2, k, s[a], pre]))
+}
+
 /// `agg-eager`: eager aggregation, `Σ_i k(a_(i,u), b_v) = k(Σ_i a_(i,u),
-/// b_v)`: an aggregation over a join whose summed-away dims all come from
-/// the left operand (none a join dim) is pushed below the join, onto that
-/// operand, when the join kernel is linear in each operand over the
-/// aggregation (catalog fact `bilinear_over`; a kernel opts in by stating
-/// it, no rule names a kernel). Applied left to right only: the pushed form
-/// has no aggregation over the join left to match, so it does not repeat;
-/// the written form stays in the class, and the ordering phase keeps the
-/// cheaper by flops (summing before the product saves the product's calls).
+/// b_v)` and `Σ_i k(a_u, b_(v,i)) = k(a_u, Σ_i b_(v,i))`: an aggregation
+/// over a join whose summed-away dims all come from one operand (none a
+/// join dim) is pushed below the join, onto that operand, when the join
+/// kernel is linear in each operand over the aggregation (catalog fact
+/// `bilinear_over`; a kernel opts in by stating it, no rule names a
+/// kernel). Applied left to right only: the pushed form has no aggregation
+/// over the join left to match, so it does not repeat; the written form
+/// stays in the class, and the ordering phase keeps the cheaper by flops
+/// (summing before the product saves the product's calls).
 ///
-/// Condition: `g` is `ga ++ [na, na+1, …]` where `ga` is an increasing list
-/// of `a`'s dims (`na` = `a`'s key arity) that holds every left join dim and
-/// leaves at least one out, followed by every dim the right operand
-/// contributes to the join's output, in order; so both sides key their
-/// output (`ga`'s dims, then `b`'s) alike. Soundness: per group, the sum over
-/// the left tuples of `k(a, b)` with one `b` each (the join dims are kept,
-/// so every summed tuple meets the same `b`) is `k(Σ a, b)` by linearity in
-/// the left operand; a group is present on either side exactly when some
-/// left tuple with its keys meets a right tuple.
+/// Condition, `left` (dims of `a` summed): `g` is `ga ++ [na, na+1, …]`
+/// where `ga` is an increasing list of `a`'s dims (`na` = `a`'s key arity)
+/// that holds every left join dim and leaves at least one out, followed by
+/// every dim the right operand contributes to the join's output, in order;
+/// so both sides key their output (`ga`'s dims, then `b`'s) alike.
+/// `right` (dims of `b` summed): `g` is `[0, 1, …, na-1] ++ gb`, every dim
+/// of `a` in order, then an increasing list `gb` of the output dims `b`
+/// contributes that leaves at least one out; the pre-aggregate groups `b`
+/// by its join dims and the kept dims, in `b`'s order, so the join's output
+/// (`a`'s dims, then the pre-aggregate's non-join dims) is keyed as `g`.
+///
+/// Soundness: per group, the sum over the summed operand's tuples of
+/// `k(a, b)`, each meeting the same tuple of the other operand (the join
+/// dims are kept, and every dim of the other operand is in the group), is
+/// `k` of their sum by linearity in that operand; a group is present on
+/// either side exactly when some tuple of one operand with its keys meets a
+/// tuple of the other.
 ///
 /// Arity audit: `g` is judged against the join's output (`na` + `b`'s
-/// non-join dims); `ga` against `a`; the new left join dims are positions in
-/// `ga` (the pre-aggregate's keys), `jr` is unchanged on `b`; no key map.
+/// non-join dims); `ga` against `a`; the new join dims are positions in the
+/// pre-aggregate's keys, the other operand's join dims are unchanged; no
+/// key map.
 pub fn agg_eager() -> RuleDef {
     let vs = vars(["?g", "?s", "?jl", "?jr", "?k", "?a", "?b"]);
     Rule::new("agg-eager", FAMILY)
-        .why("a kernel linear in its left operand over the aggregation lets the left tuples of a group be summed before the product, each group meeting one right tuple")
+        .why("a kernel linear in each operand over the aggregation lets the tuples of one operand that meet the same tuple of the other be summed before the product")
         .rw(Rw::apply(
             "(aggregate ?g ?s (join ?jl ?jr ?k ?a ?b))",
             "(join jl' ?jr ?k (aggregate ga ?s ?a) ?b)",
-            move |eg, _, s| push_aggregation(eg, s, vs).into_iter().collect(),
+            move |eg, _, s| push_aggregation_left(eg, s, vs).into_iter().collect(),
         )
+        .named("left")
         .checks("`k` bilinear over `s` (fact `bilinear_over`); `g` = `ga` ++ the join's dims from `b` in order, `ga` increasing dims of `a` holding every left join dim `jl` and leaving one out; `jl'` = the positions of `jl` in `ga`"))
+        .rw(Rw::apply(
+            "(aggregate ?g ?s (join ?jl ?jr ?k ?a ?b))",
+            "(join ?jl jr' ?k ?a (aggregate gb' ?s ?b))",
+            move |eg, _, s| push_aggregation_right(eg, s, vs).into_iter().collect(),
+        )
+        .named("right")
+        .checks("`k` bilinear over `s` (fact `bilinear_over`); `g` = every dim of `a` in order ++ `gb`, increasing output dims from `b` leaving one out; `gb'` = `b`'s join dims and the dims `gb` keeps, in `b`'s order; `jr'` = the positions of `jr` in `gb'`"))
         .build()
 }

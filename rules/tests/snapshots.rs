@@ -116,6 +116,10 @@ fn matmul() {
             "agg-eager",
             "(aggregate [1,2] kernel:matAdd (join [1] [1] kernel:elemMul (erase (input X)) (erase (input Y))))",
         ),
+        once(
+            "agg-eager",
+            "(aggregate [0,1] kernel:matAdd (join [1] [0] kernel:elemMul (erase (input X)) (erase (input Y))))",
+        ),
     ];
     insta::assert_snapshot!(text.join("\n"));
 }

@@ -160,3 +160,60 @@ fn a_chain_written_badly_is_reordered() {
         assert!((flops - 6.4e10).abs() <= 0.05 * 6.4e10, "compute weight {compute_weight}: {flops:e} flops");
     }
 }
+
+/// Eager aggregation on either operand (`agg-eager`): `Σ_j X(i,j) ⊙ y(j)`
+/// grouped by the join dim sums `X`'s rows before the products, and
+/// `Σ_k X(i,j) ⊙ Y(j,k)` grouped by `(i,j)` sums `Y`'s columns before them.
+/// The chosen plan does the fewer flops and its value is the TRA
+/// interpreter's on the program as written, on both executors.
+#[test]
+fn eager_aggregation_on_either_operand_is_chosen_and_computes_the_sum() {
+    let input = |k: &[u32]| json!({"key_bounds": k, "array_bounds": [4, 4]});
+    let cases = [
+        // left: the products of 6×5 block pairs become 5 after summing X's 6 rows.
+        (
+            "left",
+            json!({"X": input(&[6, 5]), "Y": input(&[5])}),
+            json!({"op": "aggregate", "input": "J", "group_by": [1], "kernel": "matAdd"}),
+            5u64,
+        ),
+        // right: 6·5·7 block products become 6·5 after summing Y's 7 columns.
+        (
+            "right",
+            json!({"X": input(&[6, 5]), "Y": input(&[5, 7])}),
+            json!({"op": "aggregate", "input": "J", "group_by": [0, 1], "kernel": "matAdd"}),
+            30,
+        ),
+    ];
+    for (side, inputs, agg, products) in cases {
+        let v = json!({
+            "inputs": inputs,
+            "nodes": {
+                "J": {"op": "join", "left": "X", "right": "Y", "left_keys": [1], "right_keys": [0], "kernel": "elemMul"},
+                "Z": agg
+            },
+            "outputs": ["Z"], "cluster": {"sites": 3}
+        });
+        let p = Program::from_value(&v).expect("the program");
+        let a = optimize(&p, &tra_rules::all(), &Limits::default()).expect("optimized");
+        // One elemMul of 4×4 blocks is 16 flops; the sums before them add the rest.
+        let product_flops = products * 16;
+        let summed = match side {
+            "left" => (6 - 1) * 5 * 16,
+            _ => 5 * (7 - 1) * 16,
+        };
+        assert_eq!(a.cost.flops, product_flops + summed, "{side}: {:?}", a.plan);
+        let inputs = tra_tests::random_inputs(&p, 7);
+        let expected = tra_executor::reference::eval_tra(&p, &inputs).expect("the program, interpreted")["Z"].clone();
+        let layout = AnyLayout::Seeded(7);
+        for (executor, run) in [
+            ("reference", eval_ia(&a.plan, 3, &inputs, layout)),
+            ("threads", tra_executor::threads::eval_ia(&a.plan, 3, &inputs, layout)),
+        ] {
+            let run = run.unwrap_or_else(|e| panic!("{side}, {executor}: {e}"));
+            let got = run.erased_outputs().unwrap_or_else(|e| panic!("{side}, {executor}: {e}"))["Z"].clone();
+            // Integer inputs: every product and sum is exact.
+            assert_eq!(got, expected, "{side}, {executor}: the value differs from the program's as written");
+        }
+    }
+}

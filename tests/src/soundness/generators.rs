@@ -1030,6 +1030,9 @@ fn eager_aggregation(rng: &mut ChaCha8Rng) -> Option<Program> {
         (block.clone(), block)
     };
     let q = b.kb();
+    if b.coin(0.5) {
+        return eager_aggregation_right(b, kernel, block_a, block_b, q);
+    }
     let mut keys_a = vec![b.kb(), q];
     if b.coin(0.5) {
         keys_a.push(b.kb());
@@ -1052,6 +1055,40 @@ fn eager_aggregation(rng: &mut ChaCha8Rng) -> Option<Program> {
     }
     if nb == 2 {
         g.push(na);
+    }
+    let z = b.aggregate(&j, g, "matAdd");
+    b.finish(&[&z])
+}
+
+/// `agg-eager/right`: dims of the right operand summed. `b` has its join dim
+/// first or last and one or two other dims; the aggregation keeps every dim
+/// of `a` (sometimes in another order, then nothing matches), and an
+/// increasing part of `b`'s (sometimes all of them).
+fn eager_aggregation_right(
+    mut b: B<'_>,
+    kernel: &str,
+    block_a: Vec<usize>,
+    block_b: Vec<usize>,
+    q: u32,
+) -> Option<Program> {
+    let keys_a = vec![b.kb(), q];
+    let rest = b.range(1, 2);
+    let mut keys_b: Vec<u32> = (0..rest).map(|_| b.kb()).collect();
+    let jr = if b.coin(0.5) {
+        keys_b.insert(0, q);
+        0
+    } else {
+        keys_b.push(q);
+        rest
+    };
+    let x = b.operand(keys_a, block_a);
+    let y = b.operand(keys_b, block_b);
+    let j = b.join(&x, &y, vec![1], vec![jr], kernel);
+    let mut g = if b.coin(0.1) { vec![1, 0] } else { vec![0, 1] };
+    for d in 0..rest {
+        if b.coin(if d == 0 { 0.3 } else { 0.5 }) {
+            g.push(2 + d);
+        }
     }
     let z = b.aggregate(&j, g, "matAdd");
     b.finish(&[&z])

@@ -90,6 +90,13 @@ pub fn all() -> Vec<Mutant> {
             make: agg_eager_not_linear,
         },
         Mutant {
+            name: "agg-eager right without linearity",
+            change: "an aggregation pushed below a join onto its right operand, for any join kernel (matAdd and max \
+                     are not linear in their operands)",
+            replaces: "agg-eager",
+            make: agg_eager_right_not_linear,
+        },
+        Mutant {
             name: "R1-4 without distributivity",
             change: "a map pushed under an aggregation whose kernel it does not distribute over",
             replaces: "R1-4",
@@ -244,6 +251,24 @@ fn agg_eager_not_linear() -> RuleDef {
             "(join [0] [0] kernel:matAdd (aggregate [1] kernel:matAdd ?a) ?b)",
         )
         .named("mutant"))
+        .build()
+}
+
+/// `agg-eager/right` for any join kernel: unsound for `matAdd` and `max`
+/// (not linear over the sum), with `b`'s join dim first or last.
+fn agg_eager_right_not_linear() -> RuleDef {
+    Rule::new("agg-eager", Family::Order)
+        .why("MUTANT: linearity of the join kernel not checked (right operand)")
+        .rw(rw(
+            "(aggregate [0,1] kernel:matAdd (join [1] [0] ?k ?a ?b))",
+            "(join [1] [0] ?k ?a (aggregate [0] kernel:matAdd ?b))",
+        )
+        .named("mutant-first"))
+        .rw(rw(
+            "(aggregate [0,1] kernel:matAdd (join [1] [1] ?k ?a ?b))",
+            "(join [1] [0] ?k ?a (aggregate [1] kernel:matAdd ?b))",
+        )
+        .named("mutant-last"))
         .build()
 }
 
