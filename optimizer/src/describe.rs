@@ -13,7 +13,7 @@ use crate::egraph::{ExtractedPlan, Ia, TraEGraph};
 use crate::optimize::JoinStrategy;
 use crate::program::{IaOp, Plan};
 use crate::KernelRef;
-use egg::Language;
+use egg::{Id, Language};
 use indexmap::IndexMap;
 use std::collections::HashSet;
 
@@ -69,6 +69,31 @@ pub fn built_by(eg: &TraEGraph, origins: &Origins, extracted: &ExtractedPlan, pl
         }
     }
     out
+}
+
+/// The contraction-order rule (`matmul-assoc`, `agg-eager`) whose TRA
+/// operator the local operator at `index` of `plan` computes, if any: a local
+/// join or aggregation computes a TRA join or aggregation of its erased class
+/// with the same parameters whose operands are its own operands erased. The
+/// ordering phase builds only TRA operators, which lowering then turns into
+/// local ones, so `rules_applied` would not name it otherwise.
+pub fn ordered_by(eg: &TraEGraph, origins: &Origins, plan: &ExtractedPlan, index: usize) -> Option<&'static str> {
+    let nodes = plan.expr.as_ref();
+    let class = |child: Id| eg.find(plan.classes[usize::from(child)]);
+    let erased = |child: Id| eg.lookup(Ia::Erase(class(child)));
+    let own = eg.lookup(Ia::Erase(eg.find(plan.classes[index])))?;
+    let realizes = |m: &Ia| match (&nodes[index], m) {
+        (Ia::LJoin([jl, jr, k, a, b]), Ia::Join([jl2, jr2, k2, a2, b2])) => {
+            [(jl, jl2), (jr, jr2), (k, k2)].iter().all(|(x, y)| class(**x) == eg.find(**y))
+                && erased(*a) == Some(eg.find(*a2))
+                && erased(*b) == Some(eg.find(*b2))
+        }
+        (Ia::LAgg([g, k, x]), Ia::Aggregate([g2, k2, x2])) => {
+            class(*g) == eg.find(*g2) && class(*k) == eg.find(*k2) && erased(*x) == Some(eg.find(*x2))
+        }
+        _ => false,
+    };
+    eg[own].nodes.iter().filter(|m| realizes(m)).find_map(|m| origins.get(m).filter(|r| *r != "program"))
 }
 
 /// The kind of join strategy a plan uses, in words; `None` without joins that

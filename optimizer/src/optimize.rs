@@ -147,7 +147,8 @@ pub struct OptimizeAnswer {
     pub site_loads: Vec<SiteLoad>,
     /// The best plan of each distinct strategy, cheapest first; the chosen plan first.
     pub alternatives: Vec<Alternative>,
-    /// Rules that built the chosen plan, in plan order.
+    /// Rules that built the chosen plan, in plan order (a contraction-order
+    /// rule where a local operator computes the TRA operator it built).
     pub rules_applied: Vec<String>,
     /// What went wrong on the way to this answer without stopping it (a rule
     /// that failed and was left out); empty normally.
@@ -564,12 +565,19 @@ impl Scorer {
     }
 }
 
-/// The rules that first built the nodes of a plan, in plan order, without repeats.
+/// The rules that first built the nodes of a plan, in plan order, without
+/// repeats; before a local operator's own rule, the contraction-order rule
+/// whose TRA operator it computes ([`crate::describe::ordered_by`]).
 fn rules_applied(eg: &TraEGraph, origins: &crate::describe::Origins, plan: &ExtractedPlan) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
-    for n in plan.expr.as_ref() {
+    for (i, n) in plan.expr.as_ref().iter().enumerate() {
         if matches!(n, Ia::Param(_)) {
             continue;
+        }
+        if let Some(r) = crate::describe::ordered_by(eg, origins, plan, i) {
+            if !out.iter().any(|x| x == r) {
+                out.push(r.to_string());
+            }
         }
         let key = n.clone().map_children(|x| eg.find(plan.classes[usize::from(x)]));
         if let Some(r) = origins.get(&key) {

@@ -114,6 +114,7 @@ pub fn prune(
     let best = cheapest(eg);
     let written: HashMap<Id, Ia> =
         written.iter().map(|(c, n)| (eg.find(*c), n.clone().map_children(|k| eg.find(k)))).collect();
+    let origins = crate::describe::Origins::of(eg);
     let mut out = TraEGraph::new(fresh);
     let mut built: HashMap<Id, Id> = HashMap::new();
     let mut open: HashSet<Id> = HashSet::new();
@@ -121,7 +122,7 @@ pub fn prune(
     let new_roots = roots
         .iter()
         .map(|(name, id)| {
-            let id = build(eg, eg.find(*id), &best, &written, &mut out, &mut built, &mut open, &mut kept);
+            let id = build(eg, eg.find(*id), &best, &written, &origins, &mut out, &mut built, &mut open, &mut kept);
             (name.clone(), id.expect("a root has a member"))
         })
         .collect();
@@ -156,6 +157,7 @@ fn build(
     class: Id,
     best: &HashMap<Id, u64>,
     written: &HashMap<Id, Ia>,
+    origins: &crate::describe::Origins,
     out: &mut TraEGraph,
     built: &mut HashMap<Id, Id>,
     open: &mut HashSet<Id>,
@@ -174,7 +176,7 @@ fn build(
         let mut ok = true;
         let mut kids = Vec::new();
         for c in node.children() {
-            match build(eg, eg.find(*c), best, written, out, built, open, kept) {
+            match build(eg, eg.find(*c), best, written, origins, out, built, open, kept) {
                 Some(k) => kids.push(k),
                 None => ok = false,
             }
@@ -182,6 +184,7 @@ fn build(
         if !ok {
             continue;
         }
+        let origin = origins.get(&node).filter(|_| other_order);
         let mut i = 0;
         let new = node.map_children(|_| {
             i += 1;
@@ -190,6 +193,11 @@ fn build(
         if !matches!(new, Ia::Param(_)) {
             kept.0 += 1;
             kept.1 += usize::from(other_order);
+            // The ordering rule that built it stays its origin in the new
+            // graph (`rules_applied` names it when the plan realizes it).
+            if let Some(rule) = origin {
+                out.analysis.origins.entry(new.clone()).or_insert(rule);
+            }
         }
         let added = out.add(new);
         match id {

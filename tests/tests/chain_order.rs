@@ -138,7 +138,8 @@ fn chains_take_the_dynamic_programs_order_and_compute_the_product() {
 /// `Z = (X·Y)·V`, X 16×1 blocks, Y 1×16, V 16×1, blocks 1000×1000, 4 sites:
 /// written left to right it takes 1.02e12 flops; `X·(Y·V)` takes 6.4e10 and
 /// moves less data, so it is chosen with compute weight 0.001, and with
-/// compute weight 0 too (flops break the tie of network floats).
+/// compute weight 0 too (flops break the tie of network floats); the rules
+/// applied name `matmul-assoc`.
 #[test]
 fn a_chain_written_badly_is_reordered() {
     for compute_weight in [0.001, 0.0] {
@@ -158,14 +159,16 @@ fn a_chain_written_badly_is_reordered() {
         let flops = a.cost.flops as f64;
         // Left to right is 1.02e12: only X·(Y·V) is within 5% of 6.4e10.
         assert!((flops - 6.4e10).abs() <= 0.05 * 6.4e10, "compute weight {compute_weight}: {flops:e} flops");
+        assert!(a.rules_applied.iter().any(|r| r == "matmul-assoc"), "rules applied: {:?}", a.rules_applied);
     }
 }
 
 /// Eager aggregation on either operand (`agg-eager`): `Σ_j X(i,j) ⊙ y(j)`
 /// grouped by the join dim sums `X`'s rows before the products, and
 /// `Σ_k X(i,j) ⊙ Y(j,k)` grouped by `(i,j)` sums `Y`'s columns before them.
-/// The chosen plan does the fewer flops and its value is the TRA
-/// interpreter's on the program as written, on both executors.
+/// The chosen plan does the fewer flops, names `agg-eager` among the rules
+/// applied, and its value is the TRA interpreter's on the program as
+/// written, on both executors.
 #[test]
 fn eager_aggregation_on_either_operand_is_chosen_and_computes_the_sum() {
     let input = |k: &[u32]| json!({"key_bounds": k, "array_bounds": [4, 4]});
@@ -203,6 +206,7 @@ fn eager_aggregation_on_either_operand_is_chosen_and_computes_the_sum() {
             _ => 5 * (7 - 1) * 16,
         };
         assert_eq!(a.cost.flops, product_flops + summed, "{side}: {:?}", a.plan);
+        assert!(a.rules_applied.iter().any(|r| r == "agg-eager"), "{side}: rules applied {:?}", a.rules_applied);
         let inputs = tra_tests::random_inputs(&p, 7);
         let expected = tra_executor::reference::eval_tra(&p, &inputs).expect("the program, interpreted")["Z"].clone();
         let layout = AnyLayout::Seeded(7);
