@@ -24,10 +24,59 @@ pub fn plan_label(plan: &Plan, strategy: &[JoinStrategy]) -> String {
         return label;
     }
     let details = moves.generic_text(plan);
-    match join_headline(strategy) {
+    let label = match join_headline(strategy) {
         _ if moves.exchanges.is_empty() => "local — nothing moved".into(),
         Some(h) => format!("{h} — {details}"),
         None => details,
+    };
+    match product_order(plan) {
+        Some(order) => format!("{label}; order {order}"),
+        None => label,
+    }
+}
+
+/// The bracketing of a plan whose outputs are chains of block matrix
+/// products (`X·(Y·V)`, `Xᵀ·Y` for a transposed operand), when it computes
+/// at least two: alternatives of a chain differ by order as well as by
+/// distribution. Exchanges, key-only maps and the aggregations that sum a
+/// product's terms are read through; any other operator on the way from an
+/// output to its inputs means the plan is not a chain (`None`).
+pub fn product_order(plan: &Plan) -> Option<String> {
+    let mut products = 0;
+    let orders: Vec<String> = plan.outputs.iter().map(|o| factor(plan, o, &mut products, 0)).collect::<Option<_>>()?;
+    (products >= 2).then(|| orders.join(", "))
+}
+
+/// The product expression `name` computes (see [`product_order`]).
+fn factor(plan: &Plan, name: &str, products: &mut usize, depth: usize) -> Option<String> {
+    if depth > plan.nodes.len() {
+        return None;
+    }
+    let through = |input: &str, products: &mut usize| factor(plan, input, products, depth + 1);
+    match plan.nodes.get(name) {
+        None => plan.inputs.contains_key(name).then(|| name.to_string()),
+        Some(IaOp::Broadcast { input } | IaOp::Shuffle { input, .. }) => through(input, products),
+        Some(IaOp::LocalMap { input, kernel: None, .. }) => through(input, products),
+        Some(IaOp::LocalAggregate { input, group_by, kernel: KernelRef::Named { name, .. } })
+            if group_by.len() == 2 && name == "matAdd" =>
+        {
+            through(input, products)
+        }
+        Some(IaOp::LocalJoin { left, right, kernel, .. }) => {
+            let p = kernel.matrix_product()?;
+            *products += 1;
+            let show = |s: String, transposed: bool| {
+                let s = if s.contains('·') { format!("({s})") } else { s };
+                if transposed {
+                    format!("{s}ᵀ")
+                } else {
+                    s
+                }
+            };
+            let (l, r) = (through(left, products)?, through(right, products)?);
+            Some(format!("{}·{}", show(l, p.transpose_left), show(r, p.transpose_right)))
+        }
+        _ => None,
     }
 }
 
@@ -429,6 +478,37 @@ mod tests {
                 "nodes": {{{nodes}}}, "outputs": ["Z"]}}"#
         ))
         .unwrap()
+    }
+
+    /// A chain's label ends with its bracketing, read through exchanges,
+    /// key-only maps and the sums of products; one product, or another
+    /// operator on the way, gives none.
+    #[test]
+    fn a_chain_of_products_says_its_order() {
+        let chain = |inner_kernel: &str, map: &str| {
+            plan(&format!(
+                r#""n0": {{"op": "broadcast", "input": "Y"}},
+                   "n1": {{"op": "local_join", "left": "X", "right": "n0", "left_keys": [1], "right_keys": [0], "kernel": "{inner_kernel}"}},
+                   "n2": {{"op": "local_aggregate", "input": "n1", "group_by": [0, 2], "kernel": "matAdd"}},
+                   "n3": {{"op": "local_map", "input": "n2"{map}}},
+                   "n4": {{"op": "shuffle", "input": "n3", "dims": [1]}},
+                   "n5": {{"op": "shuffle", "input": "X", "dims": [0]}},
+                   "n6": {{"op": "local_join", "left": "n5", "right": "n4", "left_keys": [1], "right_keys": [0], "kernel": "matMul"}},
+                   "Z": {{"op": "local_aggregate", "input": "n6", "group_by": [0, 2], "kernel": "matAdd"}}"#
+            ))
+        };
+        let keys_only = r#", "key": "[k0, k1]""#;
+        assert_eq!(product_order(&chain("matMul", keys_only)).as_deref(), Some("X·(X·Y)"));
+        assert_eq!(product_order(&chain("matMulTN", keys_only)).as_deref(), Some("X·(Xᵀ·Y)"));
+        assert!(plan_label(&chain("matMul", keys_only), &[BroadcastRight, CoPartitioned]).ends_with("; order X·(X·Y)"));
+        assert_eq!(product_order(&chain("matMul", r#", "kernel": "relu""#)), None);
+        assert_eq!(product_order(&chain("elemMul", keys_only)), None);
+        let one = plan(
+            r#""n0": {"op": "broadcast", "input": "Y"},
+               "n1": {"op": "local_join", "left": "X", "right": "n0", "left_keys": [1], "right_keys": [0], "kernel": "matMul"},
+               "Z": {"op": "local_aggregate", "input": "n1", "group_by": [0, 2], "kernel": "matAdd"}"#,
+        );
+        assert_eq!(product_order(&one), None);
     }
 
     #[test]

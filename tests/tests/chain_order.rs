@@ -139,7 +139,7 @@ fn chains_take_the_dynamic_programs_order_and_compute_the_product() {
 /// written left to right it takes 1.02e12 flops; `X·(Y·V)` takes 6.4e10 and
 /// moves less data, so it is chosen with compute weight 0.001, and with
 /// compute weight 0 too (flops break the tie of network floats); the rules
-/// applied name `matmul-assoc`.
+/// applied name `matmul-assoc`, and the label says the order.
 #[test]
 fn a_chain_written_badly_is_reordered() {
     for compute_weight in [0.001, 0.0] {
@@ -160,6 +160,8 @@ fn a_chain_written_badly_is_reordered() {
         // Left to right is 1.02e12: only X·(Y·V) is within 5% of 6.4e10.
         assert!((flops - 6.4e10).abs() <= 0.05 * 6.4e10, "compute weight {compute_weight}: {flops:e} flops");
         assert!(a.rules_applied.iter().any(|r| r == "matmul-assoc"), "rules applied: {:?}", a.rules_applied);
+        let label = &a.alternatives[0].label;
+        assert!(label.ends_with("; order X·(Y·V)"), "compute weight {compute_weight}: label {label}");
     }
 }
 
