@@ -105,10 +105,15 @@ async fn mutated_programs_always_get_a_json_answer() {
 }
 
 fn chain(n: usize) -> Value {
+    chain_of(n, |input| json!({"op": "transform", "input": input, "kernel": "relu"}))
+}
+
+/// `n` operators, each made by `op` from the name of its input.
+fn chain_of(n: usize, op: impl Fn(String) -> Value) -> Value {
     let mut nodes = serde_json::Map::new();
-    nodes.insert("N0".into(), json!({"op": "transform", "input": "X", "kernel": "relu"}));
+    nodes.insert("N0".into(), op("X".into()));
     for i in 1..n {
-        nodes.insert(format!("N{i}"), json!({"op": "transform", "input": format!("N{}", i - 1), "kernel": "relu"}));
+        nodes.insert(format!("N{i}"), op(format!("N{}", i - 1)));
     }
     json!({"inputs": {"X": {"key_bounds": [2], "array_bounds": [2]}}, "nodes": nodes, "outputs": [format!("N{}", n - 1)]})
 }
@@ -118,6 +123,10 @@ async fn deep_and_huge_programs_get_an_answer() {
     let addr = start(ServerConfig { max_body_bytes: 64 << 20, ..ServerConfig::default() }).await;
     // Deep: a chain of 3,000 operators — answered (optimized or refused by a limit), no stack overflow.
     let r = post(addr, "/v1/optimize", &chain(3000)).await;
+    assert!([200, 503].contains(&r.status), "{}", String::from_utf8_lossy(&r.body));
+    // Deep through operators the label reads through (key-only maps).
+    let rekeys = chain_of(3000, |input| json!({"op": "rekey", "input": input, "key": "[k0]"}));
+    let r = post(addr, "/v1/optimize", &rekeys).await;
     assert!([200, 503].contains(&r.status), "{}", String::from_utf8_lossy(&r.body));
     // Huge: more nodes than allowed.
     let r = post(addr, "/v1/optimize", &chain(20_000)).await;

@@ -47,9 +47,14 @@ pub fn product_order(plan: &Plan) -> Option<String> {
     (products >= 2).then(|| orders.join(", "))
 }
 
-/// The product expression `name` computes (see [`product_order`]).
+/// How deep [`factor`] reads a plan for its bracketing.
+const MAX_ORDER_DEPTH: usize = 256;
+
+/// The product expression `name` computes (see [`product_order`]). A plan
+/// deeper than [`MAX_ORDER_DEPTH`] gets no order in its label: the
+/// recursion stays small on any thread's stack.
 fn factor(plan: &Plan, name: &str, products: &mut usize, depth: usize) -> Option<String> {
-    if depth > plan.nodes.len() {
+    if depth > plan.nodes.len().min(MAX_ORDER_DEPTH) {
         return None;
     }
     let through = |input: &str, products: &mut usize| factor(plan, input, products, depth + 1);

@@ -115,6 +115,7 @@ pub fn prune(
     let written: HashMap<Id, Ia> =
         written.iter().map(|(c, n)| (eg.find(*c), n.clone().map_children(|k| eg.find(k)))).collect();
     let origins = crate::describe::Origins::of(eg);
+    let keep = Keep { eg, best: &best, written: &written, origins: &origins };
     let mut out = TraEGraph::new(fresh);
     let mut built: HashMap<Id, Id> = HashMap::new();
     let mut open: HashSet<Id> = HashSet::new();
@@ -122,7 +123,7 @@ pub fn prune(
     let new_roots = roots
         .iter()
         .map(|(name, id)| {
-            let id = build(eg, eg.find(*id), &best, &written, &origins, &mut out, &mut built, &mut open, &mut kept);
+            let id = build(&keep, eg.find(*id), &mut out, &mut built, &mut open, &mut kept);
             (name.clone(), id.expect("a root has a member"))
         })
         .collect();
@@ -151,65 +152,115 @@ fn kept_members(eg: &TraEGraph, class: Id, best: &HashMap<Id, u64>, written: &Ha
     keep
 }
 
-#[allow(clippy::too_many_arguments)]
-fn build(
-    eg: &TraEGraph,
+/// What [`prune`] reads while it rebuilds the graph.
+struct Keep<'a> {
+    eg: &'a TraEGraph,
+    best: &'a HashMap<Id, u64>,
+    written: &'a HashMap<Id, Ia>,
+    origins: &'a crate::describe::Origins,
+}
+
+/// A class being rebuilt: its kept members, the one being built and the
+/// children of it built so far.
+struct Frame {
     class: Id,
-    best: &HashMap<Id, u64>,
-    written: &HashMap<Id, Ia>,
-    origins: &crate::describe::Origins,
+    members: Vec<Ia>,
+    member: usize,
+    kids: Vec<Id>,
+    /// Children visited (built or not) of the current member.
+    visited: usize,
+    ok: bool,
+    id: Option<Id>,
+}
+
+/// The class `class` rebuilt in `out` (its kept members whose children
+/// could all be built; a member that reaches back into a class being
+/// built is left out), or `None` when no member could be. Depth-first
+/// with an explicit stack: a program thousands of operators deep is
+/// rebuilt on any thread's stack.
+fn build(
+    keep: &Keep,
+    class: Id,
     out: &mut TraEGraph,
     built: &mut HashMap<Id, Id>,
     open: &mut HashSet<Id>,
     kept: &mut (usize, usize),
 ) -> Option<Id> {
-    if let Some(id) = built.get(&class) {
-        return Some(*id);
+    // Enters `class`: its answer when it is known now, else a new frame.
+    let enter = |class: Id, built: &HashMap<Id, Id>, open: &mut HashSet<Id>, stack: &mut Vec<Frame>| {
+        if let Some(id) = built.get(&class) {
+            return Some(Some(*id));
+        }
+        if !open.insert(class) {
+            return Some(None);
+        }
+        let members = kept_members(keep.eg, class, keep.best, keep.written);
+        stack.push(Frame { class, members, member: 0, kids: Vec::new(), visited: 0, ok: true, id: None });
+        None
+    };
+    let mut stack: Vec<Frame> = Vec::new();
+    if let Some(answer) = enter(class, built, open, &mut stack) {
+        return answer;
     }
-    if !open.insert(class) {
-        return None;
-    }
-    let mut id: Option<Id> = None;
-    let mine = written.get(&class);
-    for node in kept_members(eg, class, best, written) {
-        let other_order = Some(&node) != mine;
-        let mut ok = true;
-        let mut kids = Vec::new();
-        for c in node.children() {
-            match build(eg, eg.find(*c), best, written, origins, out, built, open, kept) {
-                Some(k) => kids.push(k),
-                None => ok = false,
+    let mut answer: Option<Option<Id>> = None;
+    loop {
+        let frame = stack.last_mut().expect("a frame is open");
+        if let Some(child) = answer.take() {
+            frame.visited += 1;
+            match child {
+                Some(k) => frame.kids.push(k),
+                None => frame.ok = false,
             }
         }
-        if !ok {
+        if let Some(node) = frame.members.get(frame.member) {
+            if let Some(c) = node.children().get(frame.visited) {
+                let c = keep.eg.find(*c);
+                answer = enter(c, built, open, &mut stack);
+                continue;
+            }
+            // Every child visited: add the member when all were built.
+            let node = node.clone();
+            let (ok, kids) = (frame.ok, std::mem::take(&mut frame.kids));
+            frame.member += 1;
+            frame.visited = 0;
+            frame.ok = true;
+            if ok {
+                let other_order = Some(&node) != keep.written.get(&frame.class);
+                let origin = keep.origins.get(&node).filter(|_| other_order);
+                let mut i = 0;
+                let new = node.map_children(|_| {
+                    i += 1;
+                    kids[i - 1]
+                });
+                if !matches!(new, Ia::Param(_)) {
+                    kept.0 += 1;
+                    kept.1 += usize::from(other_order);
+                    // The ordering rule that built it stays its origin in the
+                    // new graph (`rules_applied` names it when the plan
+                    // realizes it).
+                    if let Some(rule) = origin {
+                        out.analysis.origins.entry(new.clone()).or_insert(rule);
+                    }
+                }
+                let added = out.add(new);
+                match frame.id {
+                    None => frame.id = Some(added),
+                    Some(first) => {
+                        out.union(first, added);
+                    }
+                }
+            }
             continue;
         }
-        let origin = origins.get(&node).filter(|_| other_order);
-        let mut i = 0;
-        let new = node.map_children(|_| {
-            i += 1;
-            kids[i - 1]
-        });
-        if !matches!(new, Ia::Param(_)) {
-            kept.0 += 1;
-            kept.1 += usize::from(other_order);
-            // The ordering rule that built it stays its origin in the new
-            // graph (`rules_applied` names it when the plan realizes it).
-            if let Some(rule) = origin {
-                out.analysis.origins.entry(new.clone()).or_insert(rule);
-            }
+        // Every member tried: the class is done.
+        let frame = stack.pop().expect("a frame is open");
+        open.remove(&frame.class);
+        if let Some(id) = frame.id {
+            built.insert(frame.class, id);
         }
-        let added = out.add(new);
-        match id {
-            None => id = Some(added),
-            Some(first) => {
-                out.union(first, added);
-            }
+        if stack.is_empty() {
+            return frame.id;
         }
+        answer = Some(frame.id);
     }
-    open.remove(&class);
-    if let Some(id) = id {
-        built.insert(class, id);
-    }
-    id
 }
