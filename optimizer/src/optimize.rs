@@ -33,7 +33,9 @@ use std::time::{Duration, Instant};
 pub struct Limits {
     /// Most e-nodes.
     pub nodes: usize,
-    /// Most iterations (per phase).
+    /// Most iterations (per phase). Lowering rewrites one level of
+    /// operators per iteration, so it may run as many iterations as the
+    /// program is deep (plus one to see it saturated) when that is more.
     pub iterations: usize,
     /// Most wall time for saturation (both phases together).
     pub time: Duration,
@@ -350,13 +352,20 @@ fn attempt(
             }
         };
         let remaining = sat_time.saturating_sub(sat_start.elapsed());
+        // A level of operators per iteration: a program deeper than the
+        // iteration limit is still lowered whole (time and nodes bound it).
+        // (The inputs are lowered in the first; one more sees it saturated.)
+        let lowering_iterations = limits.iterations.max(crate::program::depth(&p.nodes, &typed.order) + 3);
         let r1 = Runner::<Ia, TraAnalysis, ()>::new(TraAnalysis::new(cluster.sites, IndexMap::new()))
             .with_egraph(eg)
             .with_node_limit(limits.nodes)
-            .with_iter_limit(limits.iterations)
+            .with_iter_limit(lowering_iterations)
             .with_time_limit(remaining.max(Duration::from_millis(1)))
             .with_hook(stop_when_expired)
             .with_hook(begin)
+            // Searched where the graph changed: a level per iteration, so a
+            // deep program would otherwise be searched whole once per level.
+            .with_scheduler(IncrementalScheduler::new(limits.search).within(limits.nodes, Instant::now() + remaining))
             .run(lowering.iter().copied());
         log_report("lowering", &r1);
         iterations += r1.iterations.len();
@@ -377,7 +386,7 @@ fn attempt(
             // only spreads the same matches over more iterations (a chain of
             // 16 products with two orders: 12 iterations instead of 40, half
             // the time).
-            .with_scheduler(IncrementalScheduler::new(limits.search))
+            .with_scheduler(IncrementalScheduler::new(limits.search).within(limits.nodes, Instant::now() + remaining))
             .run(all.iter().copied());
         log_report("all rules", &r2);
         iterations += r2.iterations.len();

@@ -11,6 +11,7 @@ use crate::keyexpr::{KeyFn, Predicate};
 use crate::time::{CostModel, Profile};
 use indexmap::IndexMap;
 use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
 use std::fmt::Write as _;
 
 /// How an input relation is laid out over the sites, as the caller declares it.
@@ -482,6 +483,20 @@ impl Plan {
     pub fn to_sexpr(&self) -> String {
         sexpr::render(&self.nodes, &self.outputs, sexpr::ia_head)
     }
+}
+
+/// The number of operators on the longest path from an input to an output
+/// (0 without operators), given the nodes in topological order.
+pub fn depth<Op: Operator>(nodes: &IndexMap<String, Op>, order: &[String]) -> usize {
+    let mut depth: HashMap<&str, usize> = HashMap::with_capacity(order.len());
+    let mut deepest = 0;
+    for name in order {
+        let Some(op) = nodes.get(name) else { continue };
+        let d = 1 + op.operands().iter().filter_map(|o| depth.get(o).copied()).max().unwrap_or(0);
+        depth.insert(name, d);
+        deepest = deepest.max(d);
+    }
+    deepest
 }
 
 /// Order the nodes so that every node comes after its operands, or report the

@@ -26,6 +26,7 @@
 use crate::egraph::{Ia, TraAnalysis, TraEGraph};
 use egg::{ENodeOrVar, Id, Language, PatternAst, Rewrite, RewriteScheduler, SearchMatches};
 use rustc_hash::FxHashMap;
+use std::time::Instant;
 
 /// How each saturation iteration finds matches.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -55,7 +56,14 @@ pub struct IncrementalScheduler {
     /// Pattern depth of each rule, by name (`None`: not a pattern; searched
     /// everywhere).
     depth: FxHashMap<egg::Symbol, Option<usize>>,
+    /// The node limit and the time the runner stops at: matches are applied
+    /// in pieces, and no piece once either is passed (see
+    /// [`IncrementalScheduler::within`]).
+    budget: Option<(usize, Instant)>,
 }
+
+/// Matches applied between two looks at the budget.
+const APPLY_PIECE: usize = 256;
 
 /// The deepest level of a pattern (root 0), its variables and leaves included.
 pub fn pattern_depth(ast: &PatternAst<Ia>) -> usize {
@@ -80,7 +88,20 @@ impl IncrementalScheduler {
             consumed: 0,
             near: FxHashMap::default(),
             depth: FxHashMap::default(),
+            budget: None,
         }
+    }
+
+    /// The same scheduler, applying a rule's matches in pieces and stopping
+    /// once the graph has more than `nodes` nodes, `until` has passed or the
+    /// request's deadline has ([`crate::deadline::expired`]). egg checks its
+    /// limits only between rules, and one rule's matches can be many: in a
+    /// long chain of maps a single application round of `R1-2` added
+    /// hundreds of thousands of nodes. The runner then stops with its own
+    /// reason (`node_limit`, `time_limit`).
+    pub fn within(mut self, nodes: usize, until: Instant) -> IncrementalScheduler {
+        self.budget = Some((nodes, until));
+        self
     }
 
     /// Find the classes near the changes logged since the last iteration.
@@ -163,5 +184,52 @@ impl RewriteScheduler<Ia, TraAnalysis> for IncrementalScheduler {
             }
             _ => rewrite.search(egraph),
         }
+    }
+
+    fn apply_rewrite(
+        &mut self,
+        _iteration: usize,
+        egraph: &mut TraEGraph,
+        rewrite: &Rewrite<Ia, TraAnalysis>,
+        matches: Vec<SearchMatches<Ia>>,
+    ) -> usize {
+        let Some((nodes, until)) = self.budget else { return rewrite.apply(egraph, &matches).len() };
+        let spent =
+            |egraph: &TraEGraph| egraph.total_size() > nodes || Instant::now() > until || crate::deadline::expired();
+        let mut applied = 0;
+        let mut piece: Vec<SearchMatches<Ia>> = Vec::new();
+        let mut size = 0;
+        let mut flush = |piece: &mut Vec<SearchMatches<Ia>>, egraph: &mut TraEGraph| {
+            if spent(egraph) {
+                return false;
+            }
+            applied += rewrite.apply(egraph, piece).len();
+            piece.clear();
+            true
+        };
+        for m in matches {
+            if m.substs.len() <= APPLY_PIECE {
+                size += m.substs.len();
+                piece.push(m);
+            } else {
+                // One class with many matches: in pieces too.
+                for substs in m.substs.chunks(APPLY_PIECE) {
+                    piece.push(SearchMatches { eclass: m.eclass, substs: substs.to_vec(), ast: m.ast.clone() });
+                    if !flush(&mut piece, egraph) {
+                        return applied;
+                    }
+                }
+            }
+            if size >= APPLY_PIECE {
+                size = 0;
+                if !flush(&mut piece, egraph) {
+                    return applied;
+                }
+            }
+        }
+        if !piece.is_empty() {
+            flush(&mut piece, egraph);
+        }
+        applied
     }
 }

@@ -60,13 +60,22 @@ fn kernel_or_id(eg: &TraEGraph, id: egg::Id) -> Option<Option<KernelRef>> {
     kernel(eg, id).map(|k| Some(k.clone()))
 }
 
+/// The most catalog kernels [`r1_2`] fuses into one kernel.
+pub const MAX_FUSED_KERNELS: usize = 16;
+
 /// `R1-2`: two local maps are one, with composed key map and kernel.
 ///
 /// Condition: the key maps compose into one key expression
-/// (`KeyFn::compose` gives one; an identity side is dropped), and neither
+/// (`KeyFn::compose` gives one; an identity side is dropped), neither
 /// kernel gives several blocks per call (a multi-block kernel is paired with
-/// the keys of its own key map; composing would change the pairing). The
-/// kernels compose as `compose(k1, k2)`, an `id` side dropped. The two sides
+/// the keys of its own key map; composing would change the pairing), and
+/// the fused kernel is made of at most [`MAX_FUSED_KERNELS`] catalog
+/// kernels. The kernels compose as `compose(k1, k2)`, an `id` side dropped.
+///
+/// The bound keeps long chains tractable: fusing a chain of `n` maps
+/// pairwise puts every segment of it in the graph, O(n²) maps whose kernels
+/// hold O(n) parts each; with the bound a chain of any length is fused into
+/// runs of at most that many kernels, each a single pass over its blocks. The two sides
 /// reach the same relation through different typing paths (a map whose key
 /// map is the identity keeps its input's frontier, one that is not
 /// recomputes it from the keys), so a disagreement in the description is
@@ -82,6 +91,14 @@ pub fn r1_2() -> RuleDef {
         .why("two tuple-by-tuple maps on the same site are one map with the composed key map and kernel")
         .skip_mismatch()
         .rw(Rw::apply("(lmap ?f1 ?k1 (lmap ?f2 ?k2 ?x))", "(lmap f1∘f2 k1∘k2 ?x)", move |eg, _, s| {
+            // The bound on fused kernels first: in a long chain most
+            // matches are refused by it, and it is the cheapest test.
+            let parts = |k: egg::Id| if is_id_leaf(eg, k) { Some(0) } else { kernel(eg, k).map(KernelRef::parts) };
+            match (parts(s[k1v]), parts(s[k2v])) {
+                // An `id` side (0 parts) adds nothing.
+                (Some(a), Some(b)) if a == 0 || b == 0 || a + b <= MAX_FUSED_KERNELS => {}
+                _ => return vec![],
+            }
             let x = s[x];
             let Some(xt) = complete_phys(eg, x) else { return vec![] };
             let xa = xt.rel.key_arity();
@@ -124,7 +141,7 @@ pub fn r1_2() -> RuleDef {
             s.insert(kv, kid);
             inst(eg, &rhs, &s).into_iter().collect()
         })
-        .checks("the key maps compose into one key expression (`KeyFn::compose`) and neither kernel gives several blocks per call"))
+        .checks("the key maps compose into one key expression (`KeyFn::compose`), neither kernel gives several blocks per call, and the fused kernel has at most 16 parts"))
         .build()
 }
 
@@ -281,7 +298,9 @@ pub fn r1_6() -> RuleDef {
 /// outside; just the join when it is the identity).
 ///
 /// Condition: `m` is a kernel giving one block per call (a multi-block kernel
-/// is paired with its key map's keys and cannot move into the join). Applying
+/// is paired with its key map's keys and cannot move into the join), and
+/// the composed kernel has at most [`MAX_FUSED_KERNELS`] parts (see
+/// [`r1_2`]). Applying
 /// `m` to each joined block inside the join is the same computation; the
 /// key map stays outside. When `m` distributes over `k` the composed kernel
 /// runs as `k(m(a), m(b))` (the catalog's evaluation rule), which is the
@@ -309,7 +328,7 @@ pub fn r1_7() -> RuleDef {
                 return vec![];
             };
             let Ok(mid) = k.output_shape(&[&at.rel.array_bounds, &bt.rel.array_bounds]) else { return vec![] };
-            if m.outputs_per_call(&[&mid]) != Ok(1) {
+            if m.outputs_per_call(&[&mid]) != Ok(1) || m.parts() + k.parts() > MAX_FUSED_KERNELS {
                 return vec![];
             }
             let mk = KernelRef::compose(m.clone(), k.clone());
@@ -322,7 +341,7 @@ pub fn r1_7() -> RuleDef {
             inst(eg, rhs, &s).into_iter().collect()
         },
         )
-        .checks("`m` is a kernel (not `id`) giving one block per call; just the join when `f` is the identity on the join's keys"))
+        .checks("`m` is a kernel (not `id`) giving one block per call and the composed kernel has at most 16 parts; just the join when `f` is the identity on the join's keys"))
         .build()
 }
 

@@ -171,9 +171,43 @@ impl KernelRef {
     pub fn named(name: &str) -> KernelRef {
         KernelRef::Named { name: name.to_string(), args: vec![] }
     }
-    /// `outer ∘ inner`.
+    /// `outer ∘ inner`, bracketed to the right: `(a ∘ b) ∘ c` is built as
+    /// `a ∘ (b ∘ c)` when `b` is unary (composition is associative), so
+    /// every bracketing of one chain of kernels is one kernel. Fusing a
+    /// chain of `n` maps pairwise then names each segment once (O(n²)
+    /// kernels), not once per bracketing (Catalan many: a chain of 20
+    /// transforms built a million e-nodes).
     pub fn compose(outer: KernelRef, inner: KernelRef) -> KernelRef {
-        KernelRef::Compose(Box::new(outer), Box::new(inner))
+        // A composition whose outer kernel is not unary is wrong whatever
+        // its bracketing: it is kept as written, for `check` to name.
+        if !matches!(outer, KernelRef::Compose(..)) || outer.arity() != 1 {
+            return KernelRef::Compose(Box::new(outer), Box::new(inner));
+        }
+        // The unary kernels of `outer`, outermost first, then nested to the
+        // right around `inner` (no recursion: chains can be long).
+        let mut parts = Vec::new();
+        let mut open = vec![outer];
+        while let Some(k) = open.pop() {
+            match k {
+                KernelRef::Compose(a, b) => {
+                    open.push(*b);
+                    open.push(*a);
+                }
+                named => parts.push(named),
+            }
+        }
+        parts.into_iter().rev().fold(inner, |acc, part| KernelRef::Compose(Box::new(part), Box::new(acc)))
+    }
+    /// The catalog kernels a composition is made of (1 for a named kernel).
+    pub fn parts(&self) -> usize {
+        let (mut parts, mut open) = (0, vec![self]);
+        while let Some(k) = open.pop() {
+            match k {
+                KernelRef::Named { .. } => parts += 1,
+                KernelRef::Compose(a, b) => open.extend([a.as_ref(), b.as_ref()]),
+            }
+        }
+        parts
     }
     /// Check names, argument counts and kinds, and composition arities (the
     /// outer kernel of a composition must be unary; `concat` cannot be

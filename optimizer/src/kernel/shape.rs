@@ -153,14 +153,20 @@ impl KernelRef {
     /// and the shapes.
     fn shape_info(&self, inputs: &[&[usize]]) -> Result<(Vec<usize>, usize), KernelError> {
         self.check()?;
-        if inputs.len() != self.arity() {
+        let arity = self.arity();
+        if inputs.len() != arity {
             return Err(KernelError::BadUse(format!(
-                "{self} takes {} operand{}, got {}",
-                self.arity(),
-                if self.arity() == 1 { "" } else { "s" },
+                "{self} takes {arity} operand{}, got {}",
+                if arity == 1 { "" } else { "s" },
                 inputs.len()
             )));
         }
+        self.shape_checked(inputs)
+    }
+    /// [`KernelRef::shape_info`] once `check` and the operand count passed:
+    /// each part of a composition is read once (a fused chain of `n` maps
+    /// costs O(n), not O(n²)).
+    fn shape_checked(&self, inputs: &[&[usize]]) -> Result<(Vec<usize>, usize), KernelError> {
         match self {
             KernelRef::Named { name, args } if name == EINSUM => {
                 let spec = EinSumSpec::parse(&args[0]).map_err(|e| KernelError::BadUse(e.to_string()))?;
@@ -169,13 +175,14 @@ impl KernelRef {
             }
             KernelRef::Named { name, args } => named_shape(&self.to_string(), resolve(name, args)?, inputs),
             KernelRef::Compose(outer, inner) => {
-                let (mid, n) = inner.shape_info(inputs)?;
+                let (mid, n) = inner.shape_checked(inputs)?;
                 if n != 1 {
                     return Err(KernelError::BadUse(format!(
                         "{self}: the inner kernel of a composition must give one block per call, {inner} gives {n}"
                     )));
                 }
-                outer.shape_info(&[&mid])
+                // `check` made the outer kernel unary.
+                outer.shape_checked(&[&mid])
             }
         }
     }
@@ -196,11 +203,21 @@ impl KernelRef {
         if self.shape_info(inputs).is_err() {
             return 0;
         }
+        self.shape_and_flops(inputs).map_or(0, |(_, f)| f)
+    }
+    /// Output shape and flops of operands that [`KernelRef::shape_info`]
+    /// accepted, in one pass over a composition.
+    fn shape_and_flops(&self, inputs: &[&[usize]]) -> Option<(Vec<usize>, u64)> {
         match self {
             KernelRef::Named { name, args } if name == EINSUM => {
-                EinSumSpec::parse(&args[0]).map_or(0, |spec| spec.flops(inputs))
+                let spec = EinSumSpec::parse(&args[0]).ok()?;
+                Some((spec.output_shape(inputs).ok()?, spec.flops(inputs)))
             }
-            KernelRef::Named { name, args } => resolve(name, args).map_or(0, |k| named_flops(k, inputs)),
+            KernelRef::Named { name, args } => {
+                let k = resolve(name, args).ok()?;
+                let (shape, _) = named_shape(name, k, inputs).ok()?;
+                Some((shape, named_flops(k, inputs)))
+            }
             KernelRef::Compose(outer, inner) => {
                 if !(outer.is_elementwise() && inner.is_elementwise())
                     && inner.arity() == 2
@@ -208,16 +225,15 @@ impl KernelRef {
                     && outer.distributes_over(inner)
                 {
                     // inner(outer(a), outer(b))
-                    let (Ok(oa), Ok(ob)) = (outer.output_shape(&inputs[..1]), outer.output_shape(&inputs[1..])) else {
-                        return 0;
-                    };
-                    outer
-                        .flops(&inputs[..1])
-                        .saturating_add(outer.flops(&inputs[1..]))
-                        .saturating_add(inner.flops(&[&oa, &ob]))
+                    let (oa, fa) = outer.shape_and_flops(&inputs[..1])?;
+                    let (ob, fb) = outer.shape_and_flops(&inputs[1..])?;
+                    let fi = inner.shape_and_flops(&[&oa, &ob]).map_or(0, |(_, f)| f);
+                    let (shape, _) = self.shape_checked(inputs).ok()?;
+                    Some((shape, fa.saturating_add(fb).saturating_add(fi)))
                 } else {
-                    let Ok(mid) = inner.output_shape(inputs) else { return 0 };
-                    inner.flops(inputs).saturating_add(outer.flops(&[&mid]))
+                    let (mid, fi) = inner.shape_and_flops(inputs)?;
+                    let (shape, fo) = outer.shape_and_flops(&[&mid])?;
+                    Some((shape, fi.saturating_add(fo)))
                 }
             }
         }

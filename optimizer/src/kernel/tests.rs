@@ -347,3 +347,27 @@ fn nonlinear_kernels_shapes_flops_and_facts() {
     assert!(!k("rowMax").distributes_over(&k("min")));
     assert!(k("exp").is_elementwise() && k("elemDiv").is_elementwise() && !k("rowMax").is_elementwise());
 }
+
+#[test]
+fn every_bracketing_of_a_chain_of_kernels_is_one_kernel() {
+    let k = |s: &str| KernelRef::parse(s).unwrap();
+    let left = KernelRef::compose(KernelRef::compose(k("relu"), k("neg")), k("matMul"));
+    let right = KernelRef::compose(k("relu"), KernelRef::compose(k("neg"), k("matMul")));
+    assert_eq!(left, right);
+    assert_eq!(left.to_string(), "compose(relu,compose(neg,matMul))");
+    assert_eq!(left.parts(), 3);
+    // Longer: ((a∘b)∘(c∘d))∘e, written by hand, is a∘(b∘(c∘(d∘e))).
+    let ab = KernelRef::compose(k("relu"), k("neg"));
+    let cd = KernelRef::compose(k("scale(2)"), k("exp"));
+    let e = KernelRef::compose(KernelRef::compose(ab, cd), k("sigmoid"));
+    assert_eq!(e.to_string(), "compose(relu,compose(neg,compose(scale(2),compose(exp,sigmoid))))");
+    // The value and the flops do not depend on the bracketing.
+    let shape: &[usize] = &[3, 4];
+    assert_eq!(e.output_shape(&[shape]).unwrap(), vec![3, 4]);
+    assert_eq!(e.flops(&[shape]), 12 * (1 + 1 + 1 + 1 + 4));
+    // An outer kernel that is not unary is wrong however bracketed: kept as
+    // written, and `check` names it.
+    let wrong = KernelRef::compose(KernelRef::compose(k("relu"), k("matMul")), k("matAdd"));
+    assert_eq!(wrong.to_string(), "compose(compose(relu,matMul),matAdd)");
+    assert!(wrong.check().unwrap_err().to_string().contains("must be unary"), "{:?}", wrong.check());
+}
