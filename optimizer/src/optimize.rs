@@ -35,7 +35,8 @@ pub struct Limits {
     pub nodes: usize,
     /// Most iterations (per phase). Lowering rewrites one level of
     /// operators per iteration, so it may run as many iterations as the
-    /// program is deep (plus one to see it saturated) when that is more.
+    /// program is deep (plus the inputs' level and a round to see it
+    /// saturated) when that is more.
     pub iterations: usize,
     /// Most wall time for saturation (both phases together).
     pub time: Duration,
