@@ -105,6 +105,7 @@ impl Search<'_, '_> {
             network_floats: u64::MAX,
             flops: u64::MAX,
             total: f64::INFINITY,
+            operators: u64::MAX,
         });
         self.memo.insert(key, cost);
         cost

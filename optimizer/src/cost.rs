@@ -1,5 +1,6 @@
 //! The cost model: `α · network_floats + β · flops` (paper 004 §4.3; v3 uses
-//! network floats alone, `α = 1, β = 0`, and flops break ties).
+//! network floats alone, `α = 1, β = 0`, and flops break ties; extraction then
+//! breaks ties by network floats and by the number of operators that do work).
 //!
 //! **What "floats moved" counts.** Every float an exchange delivers, counted
 //! once per delivery, whether or not the destination is the site it came from:
@@ -38,6 +39,12 @@ pub struct Cost {
     pub flops: u64,
     /// `α · network_floats + β · flops`.
     pub total: f64,
+    /// Operators that do work (exchanges, local joins, aggregations and
+    /// maps): the last tie-break, so that of two plans equal in everything
+    /// else the one with fewer passes over the data wins (a chain of maps
+    /// fused into two runs rather than four). Not reported.
+    #[serde(skip)]
+    pub operators: u64,
 }
 
 /// The weights of the cost.
@@ -57,6 +64,7 @@ impl std::ops::Add for Cost {
             network_floats: self.network_floats.saturating_add(o.network_floats),
             flops: self.flops.saturating_add(o.flops),
             total: self.total + o.total,
+            operators: self.operators.saturating_add(o.operators),
         }
     }
 }
@@ -64,16 +72,22 @@ impl std::ops::Add for Cost {
 impl Cost {
     /// A cost from its parts.
     pub fn new(network_floats: u64, flops: u64, w: Weights) -> Cost {
-        Cost { network_floats, flops, total: w.network * network_floats as f64 + w.compute * flops as f64 }
+        Cost {
+            network_floats,
+            flops,
+            total: w.network * network_floats as f64 + w.compute * flops as f64,
+            operators: 0,
+        }
     }
-    /// Total order used by extraction: total, then flops, then network floats.
-    pub fn key(&self) -> (f64, u64, u64) {
-        (self.total, self.flops, self.network_floats)
+    /// Total order used by extraction: total, then flops, then network
+    /// floats, then operators.
+    pub fn key(&self) -> (f64, u64, u64, u64) {
+        (self.total, self.flops, self.network_floats, self.operators)
     }
     /// Whether `self` is cheaper than `o`.
     pub fn lt(&self, o: &Cost) -> bool {
         let (a, b) = (self.key(), o.key());
-        a.0 < b.0 || (a.0 == b.0 && (a.1, a.2) < (b.1, b.2))
+        a.0 < b.0 || (a.0 == b.0 && (a.1, a.2, a.3) < (b.1, b.2, b.3))
     }
 }
 
@@ -145,8 +159,9 @@ pub fn node_cost(eg: &TraEGraph, class: Id, node: &Ia, w: Weights) -> Option<Cos
         Ia::LAgg([_, k, x]) => OpShape::Aggregate(phys(class), phys(*x), kernel_of(eg, *k)?),
         Ia::LMap([_, k, x]) => OpShape::Map(phys(*x), kernel_of(eg, *k)),
     };
+    let works = !matches!(shape, OpShape::Free);
     let (net, flops) = op_cost(shape, eg.analysis.sites);
-    Some(Cost::new(net, flops, w))
+    Some(Cost { operators: u64::from(works), ..Cost::new(net, flops, w) })
 }
 
 /// Per-operator figures of a checked plan, for reports and the web page.

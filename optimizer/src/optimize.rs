@@ -93,7 +93,7 @@ impl PlanCost {
 
     /// The additive part: network floats, flops and the minimized figure.
     pub fn additive(&self) -> crate::cost::Cost {
-        crate::cost::Cost { network_floats: self.network_floats, flops: self.flops, total: self.total }
+        crate::cost::Cost { network_floats: self.network_floats, flops: self.flops, total: self.total, operators: 0 }
     }
 }
 
