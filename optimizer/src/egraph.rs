@@ -372,6 +372,14 @@ pub struct TraAnalysis {
     /// data), in order: where the incremental search looks for new matches
     /// ([`crate::schedule`]).
     pub touched: Vec<Id>,
+    /// The classes the contraction-order phase added that hold no operator
+    /// the program wrote (the intermediates of other orders), as
+    /// [`crate::order::prune`] built them: extraction leaves them out to
+    /// find the best plan in the written order.
+    pub other_order: Vec<Id>,
+    /// The classes [`crate::order::prune`] built that hold an operator the
+    /// program wrote (a class of both kinds, after a union, is written).
+    pub written_order: Vec<Id>,
     /// The [`TraAnalysis::data_epoch`] at which `rejected` was filled.
     pub rejected_epoch: u64,
     /// Counts the merges that changed a class's data (a placement learnt):
@@ -405,6 +413,8 @@ impl TraAnalysis {
             applied: Default::default(),
             rejected: Default::default(),
             touched: Vec::new(),
+            other_order: Vec::new(),
+            written_order: Vec::new(),
             rejected_epoch: 0,
             data_epoch: 0,
             program_nodes: Vec::new(),

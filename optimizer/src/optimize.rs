@@ -148,7 +148,9 @@ pub struct OptimizeAnswer {
     /// What each site sends, receives and computes over the whole chosen
     /// plan (one entry per site): the figures behind `cost.seconds`.
     pub site_loads: Vec<SiteLoad>,
-    /// The best plan of each distinct strategy, cheapest first; the chosen plan first.
+    /// The best plan of each distinct strategy, cheapest first; the chosen
+    /// plan first. Where another contraction order won, the best plans in
+    /// the written order too (one per strategy and order).
     pub alternatives: Vec<Alternative>,
     /// Rules that built the chosen plan, in plan order (a contraction-order
     /// rule where a local operator computes the TRA operator it built).
@@ -420,14 +422,20 @@ fn attempt(
     let roots: IndexMap<String, Id> = roots.into_iter().map(|(n, id)| (n, eg.find(id))).collect();
     let stop_reason = stop_reason(&stop);
 
-    // The chosen plan, then the best plan under each join-strategy restriction.
-    let restrictions: [&[JoinStrategy]; 5] = [
-        &[],
-        &[JoinStrategy::BroadcastLeft, JoinStrategy::BroadcastBoth],
-        &[JoinStrategy::BroadcastRight, JoinStrategy::BroadcastBoth],
-        &[JoinStrategy::CoPartitioned, JoinStrategy::BroadcastBoth],
-        &[JoinStrategy::Replicated, JoinStrategy::BroadcastBoth],
+    // The chosen plan, then the best plan under each join-strategy
+    // restriction; when the contraction-order phase kept other orders, also
+    // the best plan in the order the program wrote.
+    let other_order = other_order_classes(&eg);
+    let mut restrictions: Vec<(&[JoinStrategy], bool)> = vec![
+        (&[], false),
+        (&[JoinStrategy::BroadcastLeft, JoinStrategy::BroadcastBoth], false),
+        (&[JoinStrategy::BroadcastRight, JoinStrategy::BroadcastBoth], false),
+        (&[JoinStrategy::CoPartitioned, JoinStrategy::BroadcastBoth], false),
+        (&[JoinStrategy::Replicated, JoinStrategy::BroadcastBoth], false),
     ];
+    if !other_order.is_empty() {
+        restrictions.push((&[], true));
+    }
     // Under `time`, extraction runs under several additive weightings (see
     // `candidate_weights`) and every distinct plan it gives is scored exactly.
     let mut cost_sets: Vec<NodeCosts> = Vec::new();
@@ -450,10 +458,15 @@ fn attempt(
     let mut alternatives: Vec<(Alternative, ExtractedPlan, Vec<SiteLoad>)> = Vec::new();
     let mut seen: Vec<Plan> = Vec::new();
     for (wi, costs) in cost_sets.iter().enumerate() {
-        for allowed in restrictions {
-            let allow = |eg: &TraEGraph, _c: Id, n: &Ia| match join_strategy(eg, n) {
-                Some(s) => allowed.is_empty() || allowed.contains(&s),
-                None => true,
+        for &(allowed, written_order) in &restrictions {
+            let allow = |eg: &TraEGraph, c: Id, n: &Ia| {
+                if written_order && other_order.contains(&c) {
+                    return false;
+                }
+                match join_strategy(eg, n) {
+                    Some(s) => allowed.is_empty() || allowed.contains(&s),
+                    None => true,
+                }
             };
             let choice = choose_among(&eg, costs, &allow);
             if crate::deadline::expired() {
@@ -485,8 +498,13 @@ fn attempt(
                 CostModel::Time => seconds,
             };
             let cost = PlanCost { network_floats: net.network_floats, flops: net.flops, total, seconds, bottleneck };
-            // One alternative per strategy: the cheapest under the chosen model.
-            if let Some(i) = alternatives.iter().position(|(a, _, _)| a.strategy == strategy) {
+            // One alternative per strategy and per order (written or
+            // another): the cheapest under the chosen model.
+            let written_order = |x: &ExtractedPlan| !x.classes.iter().any(|c| other_order.contains(c));
+            let written = written_order(&extracted);
+            if let Some(i) =
+                alternatives.iter().position(|(a, x, _)| a.strategy == strategy && written_order(x) == written)
+            {
                 if cost.key() < alternatives[i].0.cost.key() {
                     let label = label(&eg, &extracted, &strategy);
                     let built_by = crate::describe::built_by(&eg, &origins, &extracted, &plan);
@@ -522,6 +540,29 @@ fn attempt(
             plans_scored: if cluster.cost_model == CostModel::Time { seen.len() } else { 0 },
         },
     })
+}
+
+/// The classes of other contraction orders than the written one: those the
+/// ordering phase added that hold no operator the program wrote
+/// ([`TraAnalysis::other_order`]), and the physical classes that compute
+/// them (through their `erase` members). Every plan that computes another
+/// order's intermediate uses one of them, so extraction without them finds
+/// the best plan in the written order.
+fn other_order_classes(eg: &TraEGraph) -> rustc_hash::FxHashSet<Id> {
+    let written: rustc_hash::FxHashSet<Id> = eg.analysis.written_order.iter().map(|c| eg.find(*c)).collect();
+    let mut out = rustc_hash::FxHashSet::default();
+    for c in &eg.analysis.other_order {
+        let c = eg.find(*c);
+        if written.contains(&c) || !out.insert(c) {
+            continue;
+        }
+        for n in &eg[c].nodes {
+            if let Ia::Erase(p) = n {
+                out.insert(eg.find(*p));
+            }
+        }
+    }
+    out
 }
 
 /// The additive weightings extraction runs under. Under `network`, the

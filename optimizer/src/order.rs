@@ -257,6 +257,16 @@ fn build(
         open.remove(&frame.class);
         if let Some(id) = frame.id {
             built.insert(frame.class, id);
+            // A class of TRA operators the program did not write (another
+            // order's intermediate): extraction can leave these out to find
+            // the best plan in the written order.
+            let leaf = keep.eg[frame.class].nodes.iter().all(|n| matches!(n, Ia::Param(_)));
+            if !leaf {
+                match keep.written.contains_key(&frame.class) {
+                    true => out.analysis.written_order.push(id),
+                    false => out.analysis.other_order.push(id),
+                }
+            }
         }
         if stack.is_empty() {
             return frame.id;

@@ -56,8 +56,9 @@ impl Chain {
     }
 }
 
-/// The program computing the chain bracketed at random; its output node's name.
-fn program(chain: &Chain, sites: usize, rng: &mut ChaCha8Rng) -> Program {
+/// The program computing the chain bracketed at random, and the flops of
+/// the order it is written in.
+fn program(chain: &Chain, sites: usize, rng: &mut ChaCha8Rng) -> (Program, u64) {
     let n = chain.grid.len() - 1;
     let mut inputs = Map::new();
     for i in 0..n {
@@ -68,10 +69,16 @@ fn program(chain: &Chain, sites: usize, rng: &mut ChaCha8Rng) -> Program {
     }
     let mut nodes = Map::new();
     let mut parts: Vec<String> = (0..n).map(|i| format!("X{i}")).collect();
+    // The matrices each part spans.
+    let mut spans: Vec<(usize, usize)> = (0..n).map(|i| (i, i)).collect();
+    let mut written = 0;
     let mut count = 0;
     while parts.len() > 1 {
         let at = rng.random_range(0..parts.len() - 1);
         let (l, r) = (parts.remove(at), parts.remove(at));
+        let ((i, k), (_, j)) = (spans.remove(at), spans.remove(at));
+        written += chain.product(i, k, j);
+        spans.insert(at, (i, j));
         let (j, m) = (format!("J{count}"), format!("M{count}"));
         count += 1;
         nodes.insert(
@@ -85,7 +92,7 @@ fn program(chain: &Chain, sites: usize, rng: &mut ChaCha8Rng) -> Program {
         "inputs": inputs, "nodes": nodes, "outputs": [parts[0]],
         "cluster": {"sites": sites, "network_weight": 0.0, "compute_weight": 1.0}
     });
-    Program::from_value(&v).expect("a well-formed chain")
+    (Program::from_value(&v).expect("a well-formed chain"), written)
 }
 
 fn dense(r: &Relation) -> ndarray::Array2<f64> {
@@ -103,7 +110,7 @@ fn chains_take_the_dynamic_programs_order_and_compute_the_product() {
             ext: (0..=n).map(|_| rng.random_range(1..=3)).collect(),
         };
         let sites = rng.random_range(1..=6);
-        let p = program(&chain, sites, &mut rng);
+        let (p, written_flops) = program(&chain, sites, &mut rng);
         let tag = format!("seed {seed}: grid {:?}, blocks {:?}, {sites} sites", chain.grid, chain.ext);
         let answer = optimize(&p, &tra_rules::all(), &Limits::default()).unwrap_or_else(|e| panic!("{tag}: {e}"));
         assert_eq!(answer.stats.stop_reason, "saturated", "{tag}");
@@ -121,10 +128,21 @@ fn chains_take_the_dynamic_programs_order_and_compute_the_product() {
         }
         let out = &p.outputs[0];
         let layout = AnyLayout::Seeded(seed);
+        // Where another order wins, the best plan in the written order is
+        // an alternative too, with the written order's flops.
+        let written_alternative = (written_flops > best).then(|| {
+            let alternative = answer.alternatives.iter().find(|a| a.cost.flops == written_flops);
+            let a = alternative
+                .unwrap_or_else(|| panic!("{tag}: no alternative in the written order ({written_flops} flops)"));
+            ("reference, written order", eval_ia(&a.plan, sites, &inputs, layout))
+        });
         for (executor, run) in [
             ("reference", eval_ia(&answer.plan, sites, &inputs, layout)),
             ("threads", tra_executor::threads::eval_ia(&answer.plan, sites, &inputs, layout)),
-        ] {
+        ]
+        .into_iter()
+        .chain(written_alternative)
+        {
             let run = run.unwrap_or_else(|e| panic!("{tag}, {executor}: {e}"));
             let got = dense(&run.erased_outputs().unwrap_or_else(|e| panic!("{tag}, {executor}: {e}"))[out]);
             assert_eq!(got.shape(), expected.shape(), "{tag}, {executor}");
@@ -162,6 +180,10 @@ fn a_chain_written_badly_is_reordered() {
         assert!(a.rules_applied.iter().any(|r| r == "matmul-assoc"), "rules applied: {:?}", a.rules_applied);
         let label = &a.alternatives[0].label;
         assert!(label.ends_with("; order X·(Y·V)"), "compute weight {compute_weight}: label {label}");
+        // The written order is shown too, as the best plan in that order.
+        let written = a.alternatives.iter().find(|x| x.label.ends_with("; order (X·Y)·V"));
+        let written = written.unwrap_or_else(|| panic!("no alternative in the written order: {:?}", a.alternatives));
+        assert!((written.cost.flops as f64 - 1.02e12).abs() <= 0.05 * 1.02e12, "{:e} flops", written.cost.flops);
     }
 }
 

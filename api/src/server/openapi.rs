@@ -271,7 +271,7 @@ pub fn document(config: &ServerConfig) -> Value {
                 "site_loads": {"type": "array", "items": r("SiteLoad"),
                     "description": "Per site (index = site), the bytes sent and received and the flops of the whole chosen plan"},
                 "alternatives": {"type": "array", "items": r("Alternative"),
-                    "description": "The best plan of each distinct strategy, cheapest first; alternatives[0] is the chosen plan"},
+                    "description": "The best plan of each distinct strategy, cheapest first; alternatives[0] is the chosen plan. When the chosen plan computes products in another order than the program wrote, the best plans in the written order too (one per strategy and order)"},
                 "rules_applied": {"type": "array", "items": {"type": "string"}},
                 "warnings": {"type": "array", "items": r("Warning"),
                     "description": "What went wrong without stopping the answer; empty normally. A rewrite rule that \
