@@ -244,6 +244,39 @@ fn label(eg: &TraEGraph, plan: &ExtractedPlan, strategy: &[JoinStrategy]) -> Str
     crate::describe::plan_label(&plan.to_plan(&eg.analysis.inputs), strategy)
 }
 
+/// A label that tells the orders apart where the program was reordered
+/// (`other_order` not empty) and the label does not already end with the
+/// plan's bracketing (`; order X·(Y·V)`, chains only): `; written order`,
+/// or `; reordered by` the contraction-order rules the plan realizes
+/// (`agg-eager`: the same joins, with the sums moved before them).
+fn order_label(
+    label: String,
+    eg: &TraEGraph,
+    origins: &crate::describe::Origins,
+    plan: &ExtractedPlan,
+    written: bool,
+    other_order: &rustc_hash::FxHashSet<Id>,
+) -> String {
+    if other_order.is_empty() || label.contains("; order ") {
+        return label;
+    }
+    if written {
+        return format!("{label}; written order");
+    }
+    let mut rules: Vec<&str> = Vec::new();
+    for i in 0..plan.expr.as_ref().len() {
+        if let Some(r) = crate::describe::ordered_by(eg, origins, plan, i) {
+            if !rules.contains(&r) {
+                rules.push(r);
+            }
+        }
+    }
+    match rules.is_empty() {
+        true => format!("{label}; reordered"),
+        false => format!("{label}; reordered by {}", rules.join(", ")),
+    }
+}
+
 /// An egg hook: stop saturating once the request's deadline (or key
 /// budget) has passed; the caller then reports it.
 fn stop_when_expired(_: &mut Runner<Ia, TraAnalysis, ()>) -> Result<(), String> {
@@ -506,13 +539,21 @@ fn attempt(
                 alternatives.iter().position(|(a, x, _)| a.strategy == strategy && written_order(x) == written)
             {
                 if cost.key() < alternatives[i].0.cost.key() {
-                    let label = label(&eg, &extracted, &strategy);
+                    let label = order_label(
+                        label(&eg, &extracted, &strategy),
+                        &eg,
+                        &origins,
+                        &extracted,
+                        written,
+                        &other_order,
+                    );
                     let built_by = crate::describe::built_by(&eg, &origins, &extracted, &plan);
                     alternatives[i] = (Alternative { label, strategy, plan, cost, built_by }, extracted, sites);
                 }
                 continue;
             }
-            let label = label(&eg, &extracted, &strategy);
+            let label =
+                order_label(label(&eg, &extracted, &strategy), &eg, &origins, &extracted, written, &other_order);
             let built_by = crate::describe::built_by(&eg, &origins, &extracted, &plan);
             alternatives.push((Alternative { label, strategy, plan, cost, built_by }, extracted, sites));
         }

@@ -231,6 +231,14 @@ fn eager_aggregation_on_either_operand_is_chosen_and_computes_the_sum() {
         };
         assert_eq!(a.cost.flops, product_flops + summed, "{side}: {:?}", a.plan);
         assert!(a.rules_applied.iter().any(|r| r == "agg-eager"), "{side}: rules applied {:?}", a.rules_applied);
+        // The best plan as written is an alternative too, and the labels
+        // tell the two orders apart.
+        let labels: Vec<&str> = a.alternatives.iter().map(|x| x.label.as_str()).collect();
+        assert!(labels[0].ends_with("; reordered by agg-eager"), "{side}: {labels:?}");
+        let written = a.alternatives.iter().find(|x| x.label.ends_with("; written order"));
+        let written = written.unwrap_or_else(|| panic!("{side}: no alternative in the written order: {labels:?}"));
+        assert_eq!(written.cost.flops, products * 16 * if side == "left" { 6 } else { 7 } + summed_as_written(side));
+        assert!(labels.iter().enumerate().all(|(i, l)| !labels[..i].contains(l)), "{side}: a label twice: {labels:?}");
         let inputs = tra_tests::random_inputs(&p, 7);
         let expected = tra_executor::reference::eval_tra(&p, &inputs).expect("the program, interpreted")["Z"].clone();
         let layout = AnyLayout::Seeded(7);
@@ -243,5 +251,19 @@ fn eager_aggregation_on_either_operand_is_chosen_and_computes_the_sum() {
             // Integer inputs: every product and sum is exact.
             assert_eq!(got, expected, "{side}, {executor}: the value differs from the program's as written");
         }
+        let run = eval_ia(&written.plan, 3, &inputs, layout).unwrap_or_else(|e| panic!("{side}, written order: {e}"));
+        let got = run.erased_outputs().unwrap_or_else(|e| panic!("{side}, written order: {e}"))["Z"].clone();
+        assert_eq!(got, expected, "{side}: the written-order alternative computes something else");
+    }
+}
+
+/// The flops of the sums of the eager-aggregation programs as written:
+/// every product's block folded into its group.
+fn summed_as_written(side: &str) -> u64 {
+    match side {
+        // 6·5 products of X's rows with y, summed over the 6 rows: 5 groups.
+        "left" => (6 * 5 - 5) * 16,
+        // 6·5·7 products, summed over Y's 7 columns: 6·5 groups.
+        _ => (6 * 5 * 7 - 6 * 5) * 16,
     }
 }
