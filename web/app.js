@@ -204,9 +204,18 @@ function showError(err) {
 
 /* ---------------- series (alternatives across site counts) ---------------- */
 
-/** An alternative's series: its join strategies (the optimizer keeps one alternative per strategy list). */
+/** The contraction order a label ends with ("order X·(Y·V)", "written order", "reordered by agg-eager"), or "". */
+function orderOf(label) {
+  const m = /; (order [^;]*|written order|reordered[^;]*)$/.exec(label || "");
+  return m ? m[1] : "";
+}
+
+/**
+ * An alternative's series: its join strategies and its contraction order
+ * (the optimizer keeps one alternative per strategy list and order).
+ */
 function seriesKey(alt) {
-  return JSON.stringify(alt.strategy || []) + (alt.strategy?.length ? "" : "|" + alt.label);
+  return JSON.stringify(alt.strategy || []) + (alt.strategy?.length ? "" : "|" + alt.label) + "|" + orderOf(alt.label);
 }
 
 function noteSeries(alts, {current = false} = {}) {

@@ -492,6 +492,27 @@ test("the page of tra serve", async (t) => {
     await page.setViewportSize({width: 1920, height: 1080});
   });
 
+  await t.test("a chain written in the costly order shows the written order beside the chosen one, in its own series", async () => {
+    const input = (k) => ({key_bounds: k, array_bounds: [1000, 1000]});
+    const join = (l, r) => ({op: "join", left: l, right: r, left_keys: [1], right_keys: [0], kernel: "matMul"});
+    const agg = (x) => ({op: "aggregate", input: x, group_by: [0, 2], kernel: "matAdd"});
+    const chain = {
+      inputs: {X: input([16, 1]), Y: input([1, 16]), V: input([16, 1])},
+      nodes: {XY: join("X", "Y"), P: agg("XY"), PV: join("P", "V"), Z: agg("PV")},
+      outputs: ["Z"], cluster: {sites: 4, compute_weight: 0.001},
+    };
+    await page.fill("#program", JSON.stringify(chain, null, 2));
+    await page.click("#optimize");
+    await settled();
+    const alts = await alternatives();
+    assert.ok(alts[0].label.endsWith("; order X·(Y·V)"), `the chosen plan is reordered: ${alts[0].label}`);
+    const written = alts.find((a) => a.label.endsWith("; order (X·Y)·V"));
+    assert.ok(written, `the written order is an alternative: ${alts.map((a) => a.label).join(" | ")}`);
+    assert.ok(written.total > 5 * alts[0].total, `the written order costs more: ${written.total} against ${alts[0].total}`);
+    const tags = await page.$$eval(".alt-card", (cards) => cards.map((c) => c.dataset.tag));
+    assert.equal(new Set(tags).size, tags.length, `every alternative has its own series tag: ${tags}`);
+  });
+
   await t.test("a broken program shows the API's error beside the editor, pointing at the node", async () => {
     await pick("matmul");
     const broken = await page.$eval("#program", (ta) => ta.value.replace('"matMul"', '"matMull"'));
