@@ -84,8 +84,33 @@ pub fn choose(eg: &TraEGraph, w: Weights, allow: &dyn Fn(&TraEGraph, Id, &Ia) ->
 }
 
 /// The own cost of every e-node that has one (computed once, shared by the
-/// extractions of several join-strategy restrictions).
-pub struct NodeCosts(Vec<(Id, Ia, Cost)>);
+/// extractions of several join-strategy restrictions), with the graph's
+/// shape over them, found by the first extraction and shared by the others.
+pub struct NodeCosts(Vec<(Id, Ia, Cost)>, std::cell::OnceCell<Shape>);
+
+/// Each node's children (canonical), and the nodes that have each class as
+/// a child (so that a pass revisits only nodes whose children's best plans
+/// changed in the previous one).
+struct Shape {
+    children: Vec<Vec<Id>>,
+    parents: HashMap<Id, Vec<usize>>,
+}
+
+impl NodeCosts {
+    fn shape(&self, eg: &TraEGraph) -> &Shape {
+        self.1.get_or_init(|| {
+            let children: Vec<Vec<Id>> =
+                self.0.iter().map(|(_, node, _)| node.children().iter().map(|c| eg.find(*c)).collect()).collect();
+            let mut parents: HashMap<Id, Vec<usize>> = HashMap::default();
+            for (i, kids) in children.iter().enumerate() {
+                for child in kids {
+                    parents.entry(*child).or_default().push(i);
+                }
+            }
+            Shape { children, parents }
+        })
+    }
+}
 
 impl NodeCosts {
     /// Every node's own cost under these weights.
@@ -101,40 +126,30 @@ impl NodeCosts {
                 }
             }
         }
-        NodeCosts(all)
+        NodeCosts(all, Default::default())
     }
 }
 
 impl NodeCosts {
     /// Node costs computed elsewhere (the time model's stage costs).
     pub fn from_costs(costs: Vec<(Id, Ia, Cost)>) -> NodeCosts {
-        NodeCosts(costs)
+        NodeCosts(costs, Default::default())
     }
 }
 
 /// [`choose`] with the node costs given.
 pub fn choose_among(eg: &TraEGraph, costs: &NodeCosts, allow: &dyn Fn(&TraEGraph, Id, &Ia) -> bool) -> Choice {
     let mut best: HashMap<Id, (Ia, CostSet, Cost)> = HashMap::default();
-    let candidates: Vec<&(Id, Ia, Cost)> = costs.0.iter().filter(|(id, node, _)| allow(eg, *id, node)).collect();
-    // Each candidate's children, canonical, found once for every pass.
-    let children: Vec<Vec<Id>> =
-        candidates.iter().map(|(_, node, _)| node.children().iter().map(|c| eg.find(*c)).collect()).collect();
-    // Parents of each class, so that a pass only revisits nodes whose
-    // children's best plans changed in the previous pass.
-    let mut parents: HashMap<Id, Vec<usize>> = HashMap::default();
-    for (i, kids) in children.iter().enumerate() {
-        for child in kids {
-            parents.entry(*child).or_default().push(i);
-        }
-    }
-    let mut pending: Vec<bool> = vec![true; candidates.len()];
+    let Shape { children, parents } = costs.shape(eg);
+    let allowed: Vec<bool> = costs.0.iter().map(|(id, node, _)| allow(eg, *id, node)).collect();
+    let mut pending: Vec<bool> = allowed.clone();
     let mut scratch: Vec<(Id, Cost)> = Vec::new();
     // Past the request's deadline the passes stop early; the caller sees
     // `deadline::expired()` and discards the partial choice.
     let mut ticker = crate::deadline::Ticker::default();
     loop {
         let mut changed: Vec<Id> = Vec::new();
-        for (i, (cid, node, own)) in candidates.iter().copied().enumerate() {
+        for (i, (cid, node, own)) in costs.0.iter().enumerate() {
             if ticker.tick() {
                 return Choice { best };
             }
@@ -181,7 +196,7 @@ pub fn choose_among(eg: &TraEGraph, costs: &NodeCosts, allow: &dyn Fn(&TraEGraph
         }
         for c in changed {
             for &i in parents.get(&c).map(|v| v.as_slice()).unwrap_or(&[]) {
-                pending[i] = true;
+                pending[i] = allowed[i];
             }
         }
     }
