@@ -488,7 +488,9 @@ fn attempt(
     }
     let mut scorer = Scorer::new(cluster.sites, cluster.profile());
     let origins = crate::describe::Origins::of(&eg);
-    let mut alternatives: Vec<(Alternative, ExtractedPlan, Vec<SiteLoad>)> = Vec::new();
+    // Each with its extracted form, its per-site loads, and whether it
+    // keeps the written contraction order.
+    let mut alternatives: Vec<(Alternative, ExtractedPlan, Vec<SiteLoad>, bool)> = Vec::new();
     let mut seen: Vec<Plan> = Vec::new();
     for (wi, costs) in cost_sets.iter().enumerate() {
         for &(allowed, written_order) in &restrictions {
@@ -533,40 +535,30 @@ fn attempt(
             let cost = PlanCost { network_floats: net.network_floats, flops: net.flops, total, seconds, bottleneck };
             // One alternative per strategy and per order (written or
             // another): the cheapest under the chosen model.
-            let written_order = |x: &ExtractedPlan| !x.classes.iter().any(|c| other_order.contains(c));
-            let written = written_order(&extracted);
-            if let Some(i) =
-                alternatives.iter().position(|(a, x, _)| a.strategy == strategy && written_order(x) == written)
-            {
-                if cost.key() < alternatives[i].0.cost.key() {
-                    let label = order_label(
-                        label(&eg, &extracted, &strategy),
-                        &eg,
-                        &origins,
-                        &extracted,
-                        written,
-                        &other_order,
-                    );
-                    let built_by = crate::describe::built_by(&eg, &origins, &extracted, &plan);
-                    alternatives[i] = (Alternative { label, strategy, plan, cost, built_by }, extracted, sites);
-                }
+            let written = !extracted.classes.iter().any(|c| other_order.contains(c));
+            let slot = alternatives.iter().position(|(a, _, _, w)| a.strategy == strategy && *w == written);
+            if slot.is_some_and(|i| cost.key() >= alternatives[i].0.cost.key()) {
                 continue;
             }
             let label =
                 order_label(label(&eg, &extracted, &strategy), &eg, &origins, &extracted, written, &other_order);
             let built_by = crate::describe::built_by(&eg, &origins, &extracted, &plan);
-            alternatives.push((Alternative { label, strategy, plan, cost, built_by }, extracted, sites));
+            let alternative = (Alternative { label, strategy, plan, cost, built_by }, extracted, sites, written);
+            match slot {
+                Some(i) => alternatives[i] = alternative,
+                None => alternatives.push(alternative),
+            }
         }
     }
     alternatives.sort_by(|a, b| a.0.cost.key().partial_cmp(&b.0.cost.key()).unwrap_or(std::cmp::Ordering::Equal));
-    let (chosen, chosen_expr, site_loads) = alternatives[0].clone();
+    let (chosen, chosen_expr, site_loads, _) = alternatives[0].clone();
 
     let rules_applied = rules_applied(&eg, &origins, &chosen_expr);
     Ok(OptimizeAnswer {
         plan: chosen.plan.clone(),
         cost: chosen.cost.clone(),
         site_loads,
-        alternatives: alternatives.into_iter().map(|(a, _, _)| a).collect(),
+        alternatives: alternatives.into_iter().map(|(a, _, _, _)| a).collect(),
         rules_applied,
         warnings: Vec::new(),
         stats: Stats {
