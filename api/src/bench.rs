@@ -101,6 +101,16 @@ fn measure(name: &str, p: &Program, rules: &[RuleDef], reps: usize) -> Result<Ro
     })
 }
 
+/// Whether `--only <only>` selects the workload `name`: its name contains
+/// `only`, or is exactly what follows a leading `=` (`=matmul` is the plain
+/// matmul alone).
+fn selected(name: &str, only: &str) -> bool {
+    match only.strip_prefix('=') {
+        Some(exact) => name == exact,
+        None => name.contains(only),
+    }
+}
+
 /// Measure every built-in workload, and chains of matmuls of these lengths
 /// (square grids, and mixed grids whose best order is not the written one),
 /// under `model`.
@@ -112,7 +122,7 @@ pub fn run(reps: usize, chains: &[usize], only: Option<&str>, model: CostModel) 
         p
     };
     for e in examples::all() {
-        if only.is_some_and(|o| !e.name.contains(o)) {
+        if only.is_some_and(|o| !selected(e.name, o)) {
             continue;
         }
         let p = Program::from_value(&e.program).map_err(|x| format!("{}: {x}", e.name))?;

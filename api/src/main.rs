@@ -107,7 +107,7 @@ enum Command {
         /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
-        /// Only the workloads whose name contains this.
+        /// Only the workloads whose name contains this (`=NAME`: only the one named exactly NAME).
         #[arg(long)]
         only: Option<String>,
         /// The cost model every workload is optimized under.

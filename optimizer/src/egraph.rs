@@ -372,6 +372,13 @@ pub struct TraAnalysis {
     /// data), in order: where the incremental search looks for new matches
     /// ([`crate::schedule`]).
     pub touched: Vec<Id>,
+    /// The classes whose analysis data changed (a placement learnt), in
+    /// order: a match turned down on the old data may hold now
+    /// ([`crate::delta`]).
+    pub data_changed: Vec<Id>,
+    /// The [`TraAnalysis::data_epoch`] the last `modify` saw: `merge` counts
+    /// a change, and egg calls `modify` on the class right after.
+    modify_epoch: u64,
     /// The classes the contraction-order phase added that hold no operator
     /// the program wrote (the intermediates of other orders), as
     /// [`crate::order::prune`] built them: extraction leaves them out to
@@ -413,6 +420,8 @@ impl TraAnalysis {
             applied: Default::default(),
             rejected: Default::default(),
             touched: Vec::new(),
+            data_changed: Vec::new(),
+            modify_epoch: 0,
             other_order: Vec::new(),
             written_order: Vec::new(),
             rejected_epoch: 0,
@@ -627,7 +636,12 @@ impl Analysis<Ia> for TraAnalysis {
     }
 
     fn modify(egraph: &mut TraEGraph, id: Id) {
-        egraph.analysis.touched.push(id);
+        let a = &mut egraph.analysis;
+        a.touched.push(id);
+        if a.modify_epoch != a.data_epoch {
+            a.modify_epoch = a.data_epoch;
+            a.data_changed.push(id);
+        }
         check_class_values(egraph, id);
     }
 

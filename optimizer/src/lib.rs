@@ -9,6 +9,7 @@ pub mod check;
 pub mod compile;
 pub mod cost;
 pub mod deadline;
+pub mod delta;
 pub mod describe;
 pub mod egraph;
 pub mod error;

@@ -347,6 +347,8 @@ fn attempt(
     let ordering: Vec<_> = rules.iter().filter(|r| r.ordering()).flat_map(|r| r.rewrites.iter()).collect();
     let lowering: Vec<_> = rules.iter().filter(|r| r.lowering()).flat_map(|r| r.rewrites.iter()).collect();
     let all: Vec<_> = rules.iter().filter(|r| !r.ordering()).flat_map(|r| r.rewrites.iter()).collect();
+    let member_readers: Vec<egg::Symbol> =
+        rules.iter().filter(|r| r.reads_members).flat_map(|r| r.rewrites.iter().map(|w| w.name)).collect();
 
     // Under a request deadline (crate::deadline), saturation gets at most
     // three quarters of what is left of it.
@@ -401,7 +403,11 @@ fn attempt(
             .with_hook(begin)
             // Searched where the graph changed: a level per iteration, so a
             // deep program would otherwise be searched whole once per level.
-            .with_scheduler(IncrementalScheduler::new(limits.search).within(limits.nodes, Instant::now() + remaining))
+            .with_scheduler(
+                IncrementalScheduler::new(limits.search)
+                    .within(limits.nodes, Instant::now() + remaining)
+                    .reading_members(member_readers.iter().copied()),
+            )
             .run(lowering.iter().copied());
         log_report("lowering", &r1);
         iterations += r1.iterations.len();
@@ -422,7 +428,11 @@ fn attempt(
             // only spreads the same matches over more iterations (a chain of
             // 16 products with two orders: 12 iterations instead of 40, half
             // the time).
-            .with_scheduler(IncrementalScheduler::new(limits.search).within(limits.nodes, Instant::now() + remaining))
+            .with_scheduler(
+                IncrementalScheduler::new(limits.search)
+                    .within(limits.nodes, Instant::now() + remaining)
+                    .reading_members(member_readers.iter().copied()),
+            )
             .run(all.iter().copied());
         log_report("all rules", &r2);
         iterations += r2.iterations.len();

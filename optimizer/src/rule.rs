@@ -110,6 +110,10 @@ pub struct RuleDef {
     pub why: &'static str,
     /// The egg rewrites that implement it (directions, variants).
     pub rewrites: Vec<TraRewrite>,
+    /// Whether its appliers read the members of the classes its patterns
+    /// bind, not only their analysis data (the incremental search then finds
+    /// its matches again when a bound class gains a member).
+    pub reads_members: bool,
 }
 
 impl RuleDef {

@@ -14,6 +14,11 @@
 //! (which searches everything), a rule is searched only in the classes at
 //! most `d` parent steps above a class touched since the previous search.
 //!
+//! In those classes, only the matches that use something changed since the
+//! previous search are built ([`crate::delta`]): a new member, a class with
+//! new analysis data, or for a rule that reads the members of its bound
+//! classes ([`IncrementalScheduler::reading_members`]), a touched bound class.
+//!
 //! This is exact, not a heuristic, under the rules' contract: conditions,
 //! binders and appliers read only the classes their pattern binds (their
 //! analysis data, and for `matmul-rmm` the members of one of them). A rule
@@ -23,9 +28,12 @@
 //!
 //! [`TraAnalysis::touched`]: crate::egraph::TraAnalysis::touched
 
+use crate::delta::{Changes, Delta};
 use crate::egraph::{Ia, TraAnalysis, TraEGraph};
-use egg::{ENodeOrVar, Id, Language, PatternAst, Rewrite, RewriteScheduler, SearchMatches};
-use rustc_hash::FxHashMap;
+use egg::{ENodeOrVar, Language, PatternAst, Rewrite, RewriteScheduler, SearchMatches, Symbol};
+use rustc_hash::{FxHashMap, FxHashSet};
+use std::borrow::Cow;
+use std::rc::Rc;
 use std::time::Instant;
 
 /// How each saturation iteration finds matches.
@@ -50,12 +58,18 @@ pub struct IncrementalScheduler {
     everywhere: bool,
     /// How much of the analysis's touched log is already consumed.
     consumed: usize,
-    /// The classes at most [`MAX_DEPTH`] parent steps above a touched
-    /// class, with that number of steps (the least).
-    near: FxHashMap<Id, usize>,
-    /// Pattern depth of each rule, by name (`None`: not a pattern; searched
-    /// everywhere).
-    depth: FxHashMap<egg::Symbol, Option<usize>>,
+    /// Pattern depth of each rule and its pattern compiled for delta
+    /// matching, by name (`None`: not a pattern, or deeper than
+    /// [`MAX_DEPTH`]; searched everywhere).
+    depth: FxHashMap<Symbol, Option<(usize, Rc<Delta>)>>,
+    /// What changed since the previous iteration's search: the classes at
+    /// most [`MAX_DEPTH`] parent steps above a touched class, new members,
+    /// new analysis data.
+    changes: Changes,
+    /// How much of the analysis's data-change log is already consumed.
+    consumed_data: usize,
+    /// The rules whose appliers read the members of their bound classes.
+    member_readers: FxHashSet<Symbol>,
     /// The node limit and the time the runner stops at: matches are applied
     /// in pieces, and no piece once either is passed (see
     /// [`IncrementalScheduler::within`]).
@@ -86,10 +100,21 @@ impl IncrementalScheduler {
             iteration: None,
             everywhere: true,
             consumed: 0,
-            near: FxHashMap::default(),
             depth: FxHashMap::default(),
+            changes: Changes::default(),
+            consumed_data: 0,
+            member_readers: FxHashSet::default(),
             budget: None,
         }
+    }
+
+    /// The same scheduler, told which rules' appliers read the members of
+    /// their bound classes (not only their analysis data): for those, a
+    /// bound class that gained a member is a change, and their matches
+    /// through it are found again.
+    pub fn reading_members(mut self, rules: impl IntoIterator<Item = Symbol>) -> IncrementalScheduler {
+        self.member_readers.extend(rules);
+        self
     }
 
     /// The same scheduler, applying a rule's matches in pieces and stopping
@@ -112,43 +137,23 @@ impl IncrementalScheduler {
         let fresh = &log[self.consumed.min(log.len())..];
         self.consumed = log.len();
         self.everywhere = first;
-        self.near.clear();
-        if first {
-            return;
-        }
-        let mut level: Vec<Id> = Vec::new();
-        for &c in fresh {
-            // A touched class may since have been merged away: its root is
-            // what changed.
-            let c = egraph.find(c);
-            if let std::collections::hash_map::Entry::Vacant(e) = self.near.entry(c) {
-                e.insert(0);
-                level.push(c);
-            }
-        }
-        for steps in 1..=MAX_DEPTH {
-            let mut next = Vec::new();
-            for &c in &level {
-                for p in egraph[c].parents() {
-                    let p = egraph.find(p);
-                    if let std::collections::hash_map::Entry::Vacant(e) = self.near.entry(p) {
-                        e.insert(steps);
-                        next.push(p);
-                    }
-                }
-            }
-            if next.is_empty() {
-                break;
-            }
-            level = next;
+        let data = &egraph.analysis.data_changed;
+        let data_fresh = &data[self.consumed_data.min(data.len())..];
+        self.consumed_data = data.len();
+        if !self.full {
+            self.changes.prepare(egraph, (!first).then_some((fresh, data_fresh)), MAX_DEPTH);
         }
     }
 
-    fn depth_of(&mut self, rewrite: &Rewrite<Ia, TraAnalysis>) -> Option<usize> {
-        *self
-            .depth
+    fn compiled(&mut self, rewrite: &Rewrite<Ia, TraAnalysis>) -> Option<(usize, Rc<Delta>)> {
+        self.depth
             .entry(rewrite.name)
-            .or_insert_with(|| rewrite.searcher.get_pattern_ast().map(pattern_depth).filter(|&d| d <= MAX_DEPTH))
+            .or_insert_with(|| {
+                let ast = rewrite.searcher.get_pattern_ast()?;
+                let depth = pattern_depth(ast);
+                (depth <= MAX_DEPTH).then(|| Some((depth, Rc::new(Delta::new(ast)?))))?
+            })
+            .clone()
     }
 }
 
@@ -169,17 +174,24 @@ impl RewriteScheduler<Ia, TraAnalysis> for IncrementalScheduler {
         if self.iteration != Some(iteration) {
             self.prepare(iteration, egraph);
         }
-        let depth = self.depth_of(rewrite);
-        let root = rewrite.searcher.get_pattern_ast().and_then(|a| match a.as_ref().last() {
+        let compiled = self.compiled(rewrite);
+        let ast = rewrite.searcher.get_pattern_ast();
+        let root = ast.and_then(|a| match a.as_ref().last() {
             Some(ENodeOrVar::ENode(n)) => Some(n.discriminant()),
             _ => None,
         });
-        match (depth, root) {
-            (Some(d), Some(op)) if !self.everywhere => {
+        match (compiled, root, ast) {
+            (Some((d, delta)), Some(op), Some(ast)) if !self.everywhere => {
                 let Some(classes) = egraph.classes_for_op(&op) else { return Vec::new() };
+                let Some(mut walk) = delta.walk(egraph) else { return Vec::new() };
+                let reads_members = self.member_readers.contains(&rewrite.name);
+                let changes = &self.changes;
                 classes
-                    .filter(|c| self.near.get(c).is_some_and(|&steps| steps <= d))
-                    .filter_map(|c| rewrite.searcher.search_eclass_with_limit(egraph, c, usize::MAX))
+                    .filter(|&c| changes.near(c).is_some_and(|steps| steps <= d))
+                    .filter_map(|c| {
+                        let substs = delta.search(changes, c, reads_members, &mut walk);
+                        (!substs.is_empty()).then(|| SearchMatches { eclass: c, substs, ast: Some(Cow::Borrowed(ast)) })
+                    })
                     .collect()
             }
             _ => rewrite.search(egraph),

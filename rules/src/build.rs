@@ -643,7 +643,9 @@ impl Rule {
         let (equation, condition) = (self.equation(), self.condition());
         let (name, guard) = (self.name, self.guard);
         assert!(!self.why.is_empty(), "rule {name}: no `why`");
+        let reads_members = self.rws.iter().any(|r| r.reads_members);
         RuleDef {
+            reads_members,
             name,
             family: self.family,
             equation,
