@@ -93,7 +93,8 @@ pub struct NodeCosts(Vec<(Id, Ia, Cost)>, std::cell::OnceCell<Shape>);
 /// changed in the previous one).
 struct Shape {
     children: Vec<Vec<Id>>,
-    parents: HashMap<Id, Vec<usize>>,
+    /// The nodes with a child in each class, by class id.
+    parents: Vec<Vec<usize>>,
 }
 
 impl NodeCosts {
@@ -101,10 +102,10 @@ impl NodeCosts {
         self.1.get_or_init(|| {
             let children: Vec<Vec<Id>> =
                 self.0.iter().map(|(_, node, _)| node.children().iter().map(|c| eg.find(*c)).collect()).collect();
-            let mut parents: HashMap<Id, Vec<usize>> = HashMap::default();
+            let mut parents: Vec<Vec<usize>> = vec![Vec::new(); eg.nodes().len()];
             for (i, kids) in children.iter().enumerate() {
                 for child in kids {
-                    parents.entry(*child).or_default().push(i);
+                    parents[usize::from(*child)].push(i);
                 }
             }
             Shape { children, parents }
@@ -139,7 +140,9 @@ impl NodeCosts {
 
 /// [`choose`] with the node costs given.
 pub fn choose_among(eg: &TraEGraph, costs: &NodeCosts, allow: &dyn Fn(&TraEGraph, Id, &Ia) -> bool) -> Choice {
-    let mut best: HashMap<Id, (Ia, CostSet, Cost)> = HashMap::default();
+    // Per class id: the index of its best node so far, that node's cost set
+    // and total.
+    let mut best: Vec<Option<(usize, CostSet, Cost)>> = vec![None; eg.nodes().len()];
     let Shape { children, parents } = costs.shape(eg);
     let allowed: Vec<bool> = costs.0.iter().map(|(id, node, _)| allow(eg, *id, node)).collect();
     let mut pending: Vec<bool> = allowed.clone();
@@ -147,11 +150,11 @@ pub fn choose_among(eg: &TraEGraph, costs: &NodeCosts, allow: &dyn Fn(&TraEGraph
     // Past the request's deadline the passes stop early; the caller sees
     // `deadline::expired()` and discards the partial choice.
     let mut ticker = crate::deadline::Ticker::default();
-    loop {
+    'passes: loop {
         let mut changed: Vec<Id> = Vec::new();
-        for (i, (cid, node, own)) in costs.0.iter().enumerate() {
+        for (i, (cid, _, own)) in costs.0.iter().enumerate() {
             if ticker.tick() {
-                return Choice { best };
+                break 'passes;
             }
             if !pending[i] {
                 continue;
@@ -160,7 +163,7 @@ pub fn choose_among(eg: &TraEGraph, costs: &NodeCosts, allow: &dyn Fn(&TraEGraph
             let mut set: Vec<(Id, Cost)> = Vec::new();
             let mut ok = true;
             for (n, child) in children[i].iter().enumerate() {
-                match best.get(child) {
+                match &best[usize::from(*child)] {
                     Some((_, s, _)) if !set_contains(s, *cid) => {
                         if n == 0 {
                             set.reserve(s.len() + 1);
@@ -182,12 +185,9 @@ pub fn choose_among(eg: &TraEGraph, costs: &NodeCosts, allow: &dyn Fn(&TraEGraph
             let at = set.partition_point(|(k, _)| *k < *cid);
             set.insert(at, (*cid, *own));
             let t = total(&set);
-            let better = match best.get(cid) {
-                None => true,
-                Some((_, _, old)) => t.lt(old),
-            };
-            if better {
-                best.insert(*cid, (node.clone(), Rc::new(set), t));
+            let slot = &mut best[usize::from(*cid)];
+            if slot.as_ref().is_none_or(|(_, _, old)| t.lt(old)) {
+                *slot = Some((i, Rc::new(set), t));
                 changed.push(*cid);
             }
         }
@@ -195,11 +195,16 @@ pub fn choose_among(eg: &TraEGraph, costs: &NodeCosts, allow: &dyn Fn(&TraEGraph
             break;
         }
         for c in changed {
-            for &i in parents.get(&c).map(|v| v.as_slice()).unwrap_or(&[]) {
+            for &i in &parents[usize::from(c)] {
                 pending[i] = allowed[i];
             }
         }
     }
+    let best = best
+        .into_iter()
+        .enumerate()
+        .filter_map(|(id, b)| b.map(|(i, set, t)| (Id::from(id), (costs.0[i].1.clone(), set, t))))
+        .collect();
     Choice { best }
 }
 
