@@ -43,20 +43,19 @@ use egg::{ENodeOrVar, Id, Language, PatternAst, Subst, Var};
 /// depth below it.
 const FAR: u8 = u8::MAX;
 
-/// What changed since the previous search, per class id; rebuilt at each
-/// iteration's first search (the graph does not change while rules are
-/// searched).
+/// What changed since the previous search, per class id; brought up to date
+/// at each iteration's first search (the graph does not change while rules
+/// are searched).
 #[derive(Debug, Default)]
 pub struct Changes {
-    /// Every non-parameter class's members now, sorted (as egg keeps them in
-    /// a clean graph), end to end; `index[class]` is the range of a class's.
-    nodes: Vec<Ia>,
-    index: Vec<(u32, u32)>,
-    /// Whether each of `nodes` is new to its class since the previous search.
-    fresh: Vec<bool>,
-    /// The same members at the previous search.
-    before_nodes: Vec<Ia>,
-    before_index: Vec<(u32, u32)>,
+    /// Every non-parameter class's members at this search, sorted (as egg
+    /// keeps them in a clean graph). Only the classes that can have changed
+    /// are copied again at each search.
+    members: Vec<Vec<Ia>>,
+    /// Whether each member is new to its class since the previous search;
+    /// `fresh_set` lists the classes with flags set.
+    fresh: Vec<Vec<bool>>,
+    fresh_set: Vec<Id>,
     /// Least number of parent steps from a touched class ([`FAR`] beyond the
     /// depth asked), per class id; `near_set` lists the ids set.
     near: Vec<u8>,
@@ -67,43 +66,39 @@ pub struct Changes {
 }
 
 impl Changes {
-    /// Record the graph's members; with `touched` (the classes changed since
-    /// the previous call), find the classes near them and the new members.
-    /// `None` for the first search, which searches everywhere. The graph
-    /// must be clean.
+    /// Bring the members up to date; with `touched` (the classes changed
+    /// since the previous call, and those whose data changed), find the
+    /// classes near them and the new members. `None` for the first search,
+    /// which searches everywhere. The graph must be clean.
     pub fn prepare(&mut self, egraph: &TraEGraph, touched: Option<(&[Id], &[Id])>, depth: usize) {
         let ids = egraph.nodes().len();
-        std::mem::swap(&mut self.nodes, &mut self.before_nodes);
-        std::mem::swap(&mut self.index, &mut self.before_index);
-        self.nodes.clear();
-        self.index.clear();
-        self.index.resize(ids, (0, 0));
-        for class in egraph.classes() {
-            if matches!(class.data, ClassData::Param(_)) {
-                continue;
-            }
-            let start = self.nodes.len() as u32;
-            self.nodes.extend(class.nodes.iter().cloned());
-            self.index[usize::from(class.id)] = (start, self.nodes.len() as u32);
+        self.members.resize_with(ids, Vec::new);
+        self.fresh.resize_with(ids, Vec::new);
+        for c in self.fresh_set.drain(..) {
+            self.fresh[usize::from(c)].fill(false);
         }
-        debug_assert!(egraph.classes().all(|c| c.nodes.windows(2).all(|w| w[0] < w[1])), "members sorted");
         for &c in &self.near_set {
-            if let Some(n) = self.near.get_mut(usize::from(c)) {
-                *n = FAR;
-            }
+            self.near[usize::from(c)] = FAR;
         }
         self.near_set.clear();
         self.near.resize(ids, FAR);
         for &c in &self.data_set {
-            if let Some(d) = self.data.get_mut(usize::from(c)) {
-                *d = false;
-            }
+            self.data[usize::from(c)] = false;
         }
         self.data_set.clear();
         self.data.resize(ids, false);
-        self.fresh.clear();
-        self.fresh.resize(self.nodes.len(), false);
-        let Some((touched, data_changed)) = touched else { return };
+        debug_assert!(egraph.classes().all(|c| c.nodes.windows(2).all(|w| w[0] < w[1])), "members sorted");
+        let Some((touched, data_changed)) = touched else {
+            for class in egraph.classes() {
+                if !matches!(class.data, ClassData::Param(_)) {
+                    let c = usize::from(class.id);
+                    self.members[c].clone_from(&class.nodes);
+                    self.fresh[c].clear();
+                    self.fresh[c].resize(class.nodes.len(), false);
+                }
+            }
+            return;
+        };
         for &c in data_changed {
             let c = egraph.find(c);
             self.data[usize::from(c)] = true;
@@ -121,9 +116,10 @@ impl Changes {
             }
         }
         // A new member is in a touched class (added, or brought by a union)
-        // or re-canonicalized in a parent of one (a merged child).
+        // or re-canonicalized in a parent of one (a merged child); no other
+        // class changed since the previous search.
         for &c in &level {
-            self.mark_fresh(c);
+            self.update(egraph, c);
         }
         for steps in 1..=depth.min(FAR as usize - 1) {
             let mut next = Vec::new();
@@ -135,7 +131,7 @@ impl Changes {
                         self.near_set.push(p);
                         next.push(p);
                         if steps == 1 {
-                            self.mark_fresh(p);
+                            self.update(egraph, p);
                         }
                     }
                 }
@@ -147,23 +143,26 @@ impl Changes {
         }
     }
 
-    /// Flag the members of `class` that it did not have at the previous
-    /// search (all of them for a class that did not exist then).
-    fn mark_fresh(&mut self, class: Id) {
-        let (a, b) = self.index[usize::from(class)];
-        let old: &[Ia] = match self.before_index.get(usize::from(class)) {
-            Some(&(x, y)) if y > x => &self.before_nodes[x as usize..y as usize],
-            _ => &[],
-        };
+    /// Copy the members of `class` again, flagging those it did not have at
+    /// the previous search (all of them for a class that did not exist then).
+    fn update(&mut self, egraph: &TraEGraph, class: Id) {
+        let eclass = &egraph[class];
+        if matches!(eclass.data, ClassData::Param(_)) {
+            return;
+        }
+        let c = usize::from(class);
+        let (old, flags) = (&self.members[c], &mut self.fresh[c]);
+        flags.clear();
         // Both sorted: one merge.
         let mut j = 0;
-        for i in a as usize..b as usize {
-            let n = &self.nodes[i];
+        for n in &eclass.nodes {
             while j < old.len() && old[j] < *n {
                 j += 1;
             }
-            self.fresh[i] = old.get(j) != Some(n);
+            flags.push(old.get(j) != Some(n));
         }
+        self.members[c].clone_from(&eclass.nodes);
+        self.fresh_set.push(class);
     }
 
     /// The least number of parent steps from a touched class up to `class`,
@@ -190,8 +189,11 @@ impl Changes {
 
     /// The members of a non-parameter class and whether each is new.
     fn members(&self, class: Id) -> (&[Ia], &[bool]) {
-        let (a, b) = self.index.get(usize::from(class)).copied().unwrap_or((0, 0));
-        (&self.nodes[a as usize..b as usize], &self.fresh[a as usize..b as usize])
+        let c = usize::from(class);
+        match (self.members.get(c), self.fresh.get(c)) {
+            (Some(m), Some(f)) => (m, f),
+            _ => (&[], &[]),
+        }
     }
 }
 
