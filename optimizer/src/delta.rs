@@ -202,8 +202,11 @@ impl Changes {
 enum Child {
     /// Another pattern e-node, by step.
     Step(usize),
-    /// A variable.
-    Var(Var),
+    /// The first occurrence of a variable (in the walk's order): binds it,
+    /// by its index in [`Delta::vars`].
+    Bind(usize),
+    /// A later occurrence: the child must be the class bound.
+    Same(usize),
     /// A parameter written in the pattern (`[0,2]`, `kernel:matAdd`), by its
     /// index in [`Delta::params`]: the child must be that parameter's class.
     Param(usize),
@@ -225,6 +228,8 @@ pub struct Delta {
     steps: Vec<Step>,
     /// The parameters the pattern writes.
     params: Vec<Ia>,
+    /// The pattern's variables, in the order the walk binds them.
+    vars: Vec<Var>,
     /// For each step `k`: the steps at or after `k` whose class is known
     /// before `k` is matched (their parent's member is chosen). Every step
     /// still to match lies below one of them.
@@ -238,7 +243,8 @@ pub struct Walk {
     class: Vec<Id>,
     /// Whether a touched class lies within the pattern's depth below it.
     reach: Vec<bool>,
-    binds: Vec<(Var, Id)>,
+    /// The class bound to each variable.
+    binds: Vec<Id>,
     /// The class of each of the pattern's parameters.
     params: Vec<Id>,
 }
@@ -263,6 +269,16 @@ impl Delta {
         let mut steps: Vec<Step> = Vec::new();
         let mut params: Vec<Ia> = Vec::new();
         let mut parent_of: Vec<Option<usize>> = Vec::new();
+        let mut vars: Vec<Var> = Vec::new();
+        // Steps are made in the walk's order, so a variable's first
+        // occurrence here is where the walk binds it.
+        let mut var_child = |v: Var| match vars.iter().position(|&w| w == v) {
+            Some(i) => Child::Same(i),
+            None => {
+                vars.push(v);
+                Child::Bind(vars.len() - 1)
+            }
+        };
         let mut stack: Vec<(usize, Option<(usize, usize)>)> = vec![(nodes.len() - 1, None)];
         while let Some((i, parent)) = stack.pop() {
             let ENodeOrVar::ENode(node) = &nodes[i] else { unreachable!("only operators are stacked") };
@@ -274,7 +290,7 @@ impl Delta {
                 .children()
                 .iter()
                 .map(|c| match &nodes[usize::from(*c)] {
-                    ENodeOrVar::Var(v) => Child::Var(*v),
+                    ENodeOrVar::Var(v) => var_child(*v),
                     ENodeOrVar::ENode(p @ Ia::Param(_)) => {
                         params.push(p.clone());
                         Child::Param(params.len() - 1)
@@ -293,7 +309,7 @@ impl Delta {
         let frontier = (0..steps.len())
             .map(|k| (k..steps.len()).filter(|&j| parent_of[j].is_none_or(|p| p < k)).collect())
             .collect();
-        Some(Delta { steps, params, frontier })
+        Some(Delta { steps, params, vars, frontier })
     }
 
     /// Storage for [`Delta::search`], with the pattern's parameters found in
@@ -303,7 +319,7 @@ impl Delta {
         Some(Walk {
             class: vec![Id::from(0usize); self.steps.len()],
             reach: vec![false; self.steps.len()],
-            binds: Vec::new(),
+            binds: vec![Id::from(0usize); self.vars.len()],
             params,
         })
     }
@@ -313,7 +329,6 @@ impl Delta {
     /// so a touched bound class is a change.
     pub fn search(&self, changes: &Changes, root: Id, reads_members: bool, walk: &mut Walk) -> Vec<Subst> {
         let mut out = Vec::new();
-        walk.binds.clear();
         walk.class[0] = root;
         walk.reach[0] = changes.reaches(root, self.steps[0].height);
         self.go(changes, reads_members, 0, false, walk, &mut out);
@@ -331,8 +346,8 @@ impl Delta {
     ) {
         if k == self.steps.len() {
             if changed {
-                let mut s = Subst::with_capacity(walk.binds.len());
-                for &(v, c) in &walk.binds {
+                let mut s = Subst::with_capacity(self.vars.len());
+                for (&v, &c) in self.vars.iter().zip(&walk.binds) {
                     s.insert(v, c);
                 }
                 out.push(s);
@@ -353,7 +368,6 @@ impl Delta {
                 continue;
             }
             let mut new = changed || is_fresh;
-            let bound = walk.binds.len();
             let mut consistent = true;
             for (child, &c) in step.children.iter().zip(member.children()) {
                 match *child {
@@ -362,19 +376,16 @@ impl Delta {
                         walk.reach[j] = !new && changes.reaches(c, self.steps[j].height);
                     }
                     Child::Param(p) => consistent &= walk.params[p] == c,
-                    Child::Var(v) => match walk.binds.iter().find(|(w, _)| *w == v) {
-                        Some(&(_, b)) => consistent &= b == c,
-                        None => {
-                            new = new || changes.data_changed(c) || (reads_members && changes.touched(c));
-                            walk.binds.push((v, c));
-                        }
-                    },
+                    Child::Bind(v) => {
+                        new = new || changes.data_changed(c) || (reads_members && changes.touched(c));
+                        walk.binds[v] = c;
+                    }
+                    Child::Same(v) => consistent &= walk.binds[v] == c,
                 }
             }
             if consistent {
                 self.go(changes, reads_members, k + 1, new, walk, out);
             }
-            walk.binds.truncate(bound);
         }
     }
 }
