@@ -128,6 +128,10 @@ pub fn run(reps: usize, chains: &[usize], only: Option<&str>, model: CostModel) 
         let p = Program::from_value(&e.program).map_err(|x| format!("{}: {x}", e.name))?;
         rows.push(measure(e.name, &with_model(p), &rules, reps)?);
     }
+    if let (Some(o), true) = (only, rows.is_empty()) {
+        let names: Vec<&str> = examples::all().iter().map(|e| e.name).collect();
+        return Err(format!("--only {o}: no workload matches (workloads: {})", names.join(", ")));
+    }
     for &n in chains.iter().filter(|_| only.is_none()) {
         rows.push(measure(&format!("chain of {n} matmuls"), &with_model(matmul_chain(n)), &rules, reps)?);
     }
@@ -162,4 +166,22 @@ pub fn table(rows: &[Row]) -> String {
         );
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `--only` selects by substring, or exactly after `=`; a filter that
+    /// selects nothing is an error naming it and the workloads there are.
+    #[test]
+    fn only_selects_by_name_and_names_a_filter_that_matches_nothing() {
+        assert!(selected("matmul-two-large-dims", "matmul"));
+        assert!(!selected("matmul-two-large-dims", "=matmul"));
+        assert!(selected("matmul", "=matmul"));
+        let e = run(1, &[2], Some("=nosuch"), CostModel::Network).unwrap_err();
+        assert!(e.contains("--only =nosuch: no workload matches") && e.contains("matmul"), "{e}");
+        let rows = run(1, &[2], Some("=softmax"), CostModel::Network).unwrap();
+        assert_eq!(rows.iter().map(|r| r.name.as_str()).collect::<Vec<_>>(), ["softmax"]);
+    }
 }

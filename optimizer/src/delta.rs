@@ -312,6 +312,11 @@ impl Delta {
         Some(Delta { steps, params, vars, frontier })
     }
 
+    /// The depth of the pattern (root 0), its variables and leaves included.
+    pub fn depth(&self) -> usize {
+        self.steps[0].height
+    }
+
     /// Storage for [`Delta::search`], with the pattern's parameters found in
     /// `egraph`; `None` when one is not in it (then nothing matches).
     pub fn walk(&self, egraph: &TraEGraph) -> Option<Walk> {

@@ -30,7 +30,7 @@
 
 use crate::delta::{Changes, Delta};
 use crate::egraph::{Ia, TraAnalysis, TraEGraph};
-use egg::{ENodeOrVar, Language, PatternAst, Rewrite, RewriteScheduler, SearchMatches, Symbol};
+use egg::{ENodeOrVar, Language, Rewrite, RewriteScheduler, SearchMatches, Symbol};
 use rustc_hash::{FxHashMap, FxHashSet};
 use std::borrow::Cow;
 use std::rc::Rc;
@@ -78,19 +78,6 @@ pub struct IncrementalScheduler {
 
 /// Matches applied between two looks at the budget.
 const APPLY_PIECE: usize = 256;
-
-/// The deepest level of a pattern (root 0), its variables and leaves included.
-pub fn pattern_depth(ast: &PatternAst<Ia>) -> usize {
-    let nodes = ast.as_ref();
-    // Children come before parents in a RecExpr: compute heights bottom-up.
-    let mut height = vec![0usize; nodes.len()];
-    for (i, n) in nodes.iter().enumerate() {
-        if let ENodeOrVar::ENode(node) = n {
-            height[i] = node.children().iter().map(|c| height[usize::from(*c)] + 1).max().unwrap_or(0);
-        }
-    }
-    height.last().copied().unwrap_or(0)
-}
 
 impl IncrementalScheduler {
     /// A scheduler searching as `search` says.
@@ -149,9 +136,8 @@ impl IncrementalScheduler {
         self.depth
             .entry(rewrite.name)
             .or_insert_with(|| {
-                let ast = rewrite.searcher.get_pattern_ast()?;
-                let depth = pattern_depth(ast);
-                (depth <= MAX_DEPTH).then(|| Some((depth, Rc::new(Delta::new(ast)?))))?
+                let delta = Delta::new(rewrite.searcher.get_pattern_ast()?)?;
+                (delta.depth() <= MAX_DEPTH).then(|| (delta.depth(), Rc::new(delta)))
             })
             .clone()
     }
