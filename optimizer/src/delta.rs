@@ -317,6 +317,11 @@ impl Delta {
         self.steps[0].height
     }
 
+    /// The operator at the pattern's root: only classes with one can match.
+    pub fn root_op(&self) -> <Ia as Language>::Discriminant {
+        self.steps[0].node.discriminant()
+    }
+
     /// Storage for [`Delta::search`], with the pattern's parameters found in
     /// `egraph`; `None` when one is not in it (then nothing matches).
     pub fn walk(&self, egraph: &TraEGraph) -> Option<Walk> {

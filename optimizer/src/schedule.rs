@@ -30,7 +30,7 @@
 
 use crate::delta::{Changes, Delta};
 use crate::egraph::{Ia, TraAnalysis, TraEGraph};
-use egg::{ENodeOrVar, Language, Rewrite, RewriteScheduler, SearchMatches, Symbol};
+use egg::{Rewrite, RewriteScheduler, SearchMatches, Symbol};
 use rustc_hash::{FxHashMap, FxHashSet};
 use std::borrow::Cow;
 use std::rc::Rc;
@@ -58,10 +58,9 @@ pub struct IncrementalScheduler {
     everywhere: bool,
     /// How much of the analysis's touched log is already consumed.
     consumed: usize,
-    /// Pattern depth of each rule and its pattern compiled for delta
-    /// matching, by name (`None`: not a pattern, or deeper than
-    /// [`MAX_DEPTH`]; searched everywhere).
-    depth: FxHashMap<Symbol, Option<(usize, Rc<Delta>)>>,
+    /// Each rule's pattern compiled for delta matching, by name (`None`: not
+    /// a pattern, or deeper than [`MAX_DEPTH`]; searched everywhere).
+    compiled: FxHashMap<Symbol, Option<Rc<Delta>>>,
     /// What changed since the previous iteration's search: the classes at
     /// most [`MAX_DEPTH`] parent steps above a touched class, new members,
     /// new analysis data.
@@ -87,7 +86,7 @@ impl IncrementalScheduler {
             iteration: None,
             everywhere: true,
             consumed: 0,
-            depth: FxHashMap::default(),
+            compiled: FxHashMap::default(),
             changes: Changes::default(),
             consumed_data: 0,
             member_readers: FxHashSet::default(),
@@ -132,12 +131,12 @@ impl IncrementalScheduler {
         }
     }
 
-    fn compiled(&mut self, rewrite: &Rewrite<Ia, TraAnalysis>) -> Option<(usize, Rc<Delta>)> {
-        self.depth
+    fn compiled(&mut self, rewrite: &Rewrite<Ia, TraAnalysis>) -> Option<Rc<Delta>> {
+        self.compiled
             .entry(rewrite.name)
             .or_insert_with(|| {
                 let delta = Delta::new(rewrite.searcher.get_pattern_ast()?)?;
-                (delta.depth() <= MAX_DEPTH).then(|| (delta.depth(), Rc::new(delta)))
+                (delta.depth() <= MAX_DEPTH).then(|| Rc::new(delta))
             })
             .clone()
     }
@@ -160,15 +159,10 @@ impl RewriteScheduler<Ia, TraAnalysis> for IncrementalScheduler {
         if self.iteration != Some(iteration) {
             self.prepare(iteration, egraph);
         }
-        let compiled = self.compiled(rewrite);
-        let ast = rewrite.searcher.get_pattern_ast();
-        let root = ast.and_then(|a| match a.as_ref().last() {
-            Some(ENodeOrVar::ENode(n)) => Some(n.discriminant()),
-            _ => None,
-        });
-        match (compiled, root, ast) {
-            (Some((d, delta)), Some(op), Some(ast)) if !self.everywhere => {
-                let Some(classes) = egraph.classes_for_op(&op) else { return Vec::new() };
+        match (self.compiled(rewrite), rewrite.searcher.get_pattern_ast()) {
+            (Some(delta), Some(ast)) if !self.everywhere => {
+                let d = delta.depth();
+                let Some(classes) = egraph.classes_for_op(&delta.root_op()) else { return Vec::new() };
                 let Some(mut walk) = delta.walk(egraph) else { return Vec::new() };
                 let reads_members = self.member_readers.contains(&rewrite.name);
                 let changes = &self.changes;
