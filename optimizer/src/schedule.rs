@@ -28,9 +28,9 @@
 //!
 //! [`TraAnalysis::touched`]: crate::egraph::TraAnalysis::touched
 
-use crate::delta::{Changes, Delta};
+use crate::delta::{Changes, Delta, Walk};
 use crate::egraph::{Ia, TraAnalysis, TraEGraph};
-use egg::{Rewrite, RewriteScheduler, SearchMatches, Symbol};
+use egg::{PatternAst, Rewrite, RewriteScheduler, SearchMatches, Symbol};
 use rustc_hash::{FxHashMap, FxHashSet};
 use std::borrow::Cow;
 use std::rc::Rc;
@@ -61,6 +61,9 @@ pub struct IncrementalScheduler {
     /// Each rule's pattern compiled for delta matching, by name (`None`: not
     /// a pattern, or deeper than [`MAX_DEPTH`]; searched everywhere).
     compiled: FxHashMap<Symbol, Option<Rc<Delta>>>,
+    /// Each rule's walk storage, with its parameters' classes (found once:
+    /// a parameter class is never merged, so its id stays canonical).
+    walks: FxHashMap<Symbol, Walk>,
     /// What changed since the previous iteration's search: the classes at
     /// most [`MAX_DEPTH`] parent steps above a touched class, new members,
     /// new analysis data.
@@ -87,6 +90,7 @@ impl IncrementalScheduler {
             everywhere: true,
             consumed: 0,
             compiled: FxHashMap::default(),
+            walks: FxHashMap::default(),
             changes: Changes::default(),
             consumed_data: 0,
             member_readers: FxHashSet::default(),
@@ -132,14 +136,27 @@ impl IncrementalScheduler {
     }
 
     fn compiled(&mut self, rewrite: &Rewrite<Ia, TraAnalysis>) -> Option<Rc<Delta>> {
-        self.compiled
-            .entry(rewrite.name)
-            .or_insert_with(|| {
-                let delta = Delta::new(rewrite.searcher.get_pattern_ast()?)?;
-                (delta.depth() <= MAX_DEPTH).then(|| Rc::new(delta))
-            })
-            .clone()
+        self.compiled.entry(rewrite.name).or_insert_with(|| compile(rewrite.searcher.get_pattern_ast()?)).clone()
     }
+}
+
+thread_local! {
+    /// Patterns already compiled on this thread, by pattern: the rule
+    /// table is the same for every request, so a server thread compiles
+    /// each pattern once.
+    static COMPILED: std::cell::RefCell<FxHashMap<PatternAst<Ia>, Option<Rc<Delta>>>> =
+        Default::default();
+}
+
+/// `ast` compiled for delta matching; `None` when [`Delta::new`] cannot
+/// compile it or it is deeper than [`MAX_DEPTH`].
+fn compile(ast: &PatternAst<Ia>) -> Option<Rc<Delta>> {
+    COMPILED.with(|c| {
+        c.borrow_mut()
+            .entry(ast.clone())
+            .or_insert_with(|| Delta::new(ast).filter(|d| d.depth() <= MAX_DEPTH).map(Rc::new))
+            .clone()
+    })
 }
 
 /// The deepest pattern searched incrementally; deeper ones are searched
@@ -163,13 +180,19 @@ impl RewriteScheduler<Ia, TraAnalysis> for IncrementalScheduler {
             (Some(delta), Some(ast)) if !self.everywhere => {
                 let d = delta.depth();
                 let Some(classes) = egraph.classes_for_op(&delta.root_op()) else { return Vec::new() };
-                let Some(mut walk) = delta.walk(egraph) else { return Vec::new() };
+                let walk = match self.walks.entry(rewrite.name) {
+                    std::collections::hash_map::Entry::Occupied(w) => w.into_mut(),
+                    std::collections::hash_map::Entry::Vacant(v) => match delta.walk(egraph) {
+                        Some(w) => v.insert(w),
+                        None => return Vec::new(),
+                    },
+                };
                 let reads_members = self.member_readers.contains(&rewrite.name);
                 let changes = &self.changes;
                 classes
                     .filter(|&c| changes.near(c).is_some_and(|steps| steps <= d))
                     .filter_map(|c| {
-                        let substs = delta.search(changes, c, reads_members, &mut walk);
+                        let substs = delta.search(changes, c, reads_members, walk);
                         (!substs.is_empty()).then(|| SearchMatches { eclass: c, substs, ast: Some(Cow::Borrowed(ast)) })
                     })
                     .collect()
