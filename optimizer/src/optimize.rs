@@ -189,10 +189,8 @@ fn stop_reason(r: &Option<StopReason>) -> &'static str {
 /// The join strategy of a local-join node.
 pub fn join_strategy(eg: &TraEGraph, node: &Ia) -> Option<JoinStrategy> {
     let Ia::LJoin([_, _, _, a, b]) = node else { return None };
-    let placement = |id: Id| eg[id].data.phys().map(|p| p.placement.clone());
-    let (pa, pb) = (placement(*a), placement(*b));
-    let rep = Some(Placement::Replicated);
-    Some(match (pa == rep, pb == rep) {
+    let replicated = |id: Id| eg[id].data.phys().is_some_and(|p| p.placement == Placement::Replicated);
+    Some(match (replicated(*a), replicated(*b)) {
         (true, true) => JoinStrategy::BroadcastBoth,
         (true, false) => JoinStrategy::BroadcastLeft,
         (false, true) => JoinStrategy::BroadcastRight,
