@@ -9,9 +9,7 @@
 //! plans already use its own class is never chosen.
 //!
 //! A filter on nodes lets callers extract the best plan of a strategy (only
-//! broadcast joins, only co-partitioned joins, …) for `alternatives`. Such a
-//! restricted extraction recomputes only the classes with a refused node at
-//! or below them, and replays the unrestricted extraction for the others.
+//! broadcast joins, only co-partitioned joins, …) for `alternatives`.
 //!
 //! **Under the time model** the figure minimized is not a sum of node costs
 //! (each stage is a maximum over sites), so this extractor alone cannot be
@@ -87,10 +85,8 @@ pub fn choose(eg: &TraEGraph, w: Weights, allow: &dyn Fn(&TraEGraph, Id, &Ia) ->
 
 /// The own cost of every e-node that has one (computed once, shared by the
 /// extractions of several join-strategy restrictions), with the graph's
-/// shape over them, found by the first extraction and shared by the others,
-/// and the history of the first extraction that allowed every node (which
-/// restricted ones replay: see [`choose_among`]).
-pub struct NodeCosts(Vec<(Id, Ia, Cost)>, std::cell::OnceCell<Shape>, std::cell::OnceCell<Vec<Event>>);
+/// shape over them, found by the first extraction and shared by the others.
+pub struct NodeCosts(Vec<(Id, Ia, Cost)>, std::cell::OnceCell<Shape>);
 
 /// Each node's children (canonical), and the nodes that have each class as
 /// a child (so that a pass revisits only nodes whose children's best plans
@@ -131,123 +127,32 @@ impl NodeCosts {
                 }
             }
         }
-        NodeCosts(all, Default::default(), Default::default())
+        NodeCosts(all, Default::default())
     }
 }
 
 impl NodeCosts {
     /// Node costs computed elsewhere (the time model's stage costs).
     pub fn from_costs(costs: Vec<(Id, Ia, Cost)>) -> NodeCosts {
-        NodeCosts(costs, Default::default(), Default::default())
+        NodeCosts(costs, Default::default())
     }
 }
 
-/// A class's best node so far (its index in [`NodeCosts`]), that node's cost
-/// set and total.
-type Best = Option<(usize, CostSet, Cost)>;
-
-/// A change of a class's best choice during an extraction that allowed every
-/// node: made at `node`'s visit in pass `pass`.
-struct Event {
-    pass: u32,
-    node: usize,
-    class: Id,
-    best: (usize, CostSet, Cost),
-}
-
 /// [`choose`] with the node costs given.
-///
-/// The first extraction that allows every node records when each class's
-/// best choice changed. A later, restricted one computes only the classes
-/// with a refused node at or below them, and replays the others' recorded
-/// changes at the visits where they were made. A class with no refused
-/// node below it goes through the same states at the same visits in both
-/// extractions (its nodes read only classes below it), so the replay gives
-/// the same choices as computing everything, order-dependent greedy choices
-/// included (debug builds check this).
 pub fn choose_among(eg: &TraEGraph, costs: &NodeCosts, allow: &dyn Fn(&TraEGraph, Id, &Ia) -> bool) -> Choice {
-    let shape = costs.shape(eg);
+    // Per class id: the index of its best node so far, that node's cost set
+    // and total.
+    let mut best: Vec<Option<(usize, CostSet, Cost)>> = vec![None; eg.nodes().len()];
+    let Shape { children, parents } = costs.shape(eg);
     let allowed: Vec<bool> = costs.0.iter().map(|(id, node, _)| allow(eg, *id, node)).collect();
-    let best = if allowed.iter().all(|&a| a) {
-        let mut history = Vec::new();
-        let best = passes(eg, costs, shape, &allowed, None, Some(&mut history));
-        let _ = costs.2.set(history);
-        best
-    } else if let Some(history) = costs.2.get() {
-        // The classes with a refused node at or below them.
-        let mut affected = vec![false; shape.parents.len()];
-        let mut stack: Vec<Id> = (0..allowed.len()).filter(|&i| !allowed[i]).map(|i| costs.0[i].0).collect();
-        while let Some(c) = stack.pop() {
-            if !std::mem::replace(&mut affected[usize::from(c)], true) {
-                stack.extend(shape.parents[usize::from(c)].iter().map(|&i| costs.0[i].0));
-            }
-        }
-        let computed: Vec<bool> =
-            costs.0.iter().zip(&allowed).map(|((c, _, _), &a)| a && affected[usize::from(*c)]).collect();
-        let best = passes(eg, costs, shape, &computed, Some((history, &affected)), None);
-        debug_assert!(
-            same_choices(&best, &passes(eg, costs, shape, &allowed, None, None)),
-            "a restricted extraction replayed from the unrestricted one chose differently from computing every class"
-        );
-        best
-    } else {
-        passes(eg, costs, shape, &allowed, None, None)
-    };
-    let best = best
-        .into_iter()
-        .enumerate()
-        .filter_map(|(id, b)| b.map(|(i, set, t)| (Id::from(id), (costs.0[i].1.clone(), set, t))))
-        .collect();
-    Choice { best }
-}
-
-/// Whether two extractions chose the same node at the same cost for every
-/// class.
-fn same_choices(a: &[Best], b: &[Best]) -> bool {
-    a.len() == b.len()
-        && a.iter().zip(b).all(|(x, y)| match (x, y) {
-            (None, None) => true,
-            (Some((i, s, t)), Some((j, r, u))) => i == j && s == r && t == u,
-            _ => false,
-        })
-}
-
-/// The greedy DAG passes: visit the pending nodes in order, each taking its
-/// children's current best sets, until a pass changes nothing. Only the
-/// nodes in `computed` are visited; `replay`'s recorded changes (those of
-/// the classes not flagged in its second part) are made at the visits where
-/// they were made; `record` gets every change made.
-fn passes(
-    eg: &TraEGraph,
-    costs: &NodeCosts,
-    Shape { children, parents }: &Shape,
-    computed: &[bool],
-    replay: Option<(&[Event], &[bool])>,
-    mut record: Option<&mut Vec<Event>>,
-) -> Vec<Best> {
-    let mut best: Vec<Best> = vec![None; eg.nodes().len()];
-    let mut pending: Vec<bool> = computed.to_vec();
-    let (replay, computed_class) = replay.unwrap_or((&[], &[]));
-    let mut next_event = 0;
+    let mut pending: Vec<bool> = allowed.clone();
     let mut scratch: Vec<(Id, Cost)> = Vec::new();
     let mut set: Vec<(Id, Cost)> = Vec::new();
     // Past the request's deadline the passes stop early; the caller sees
     // `deadline::expired()` and discards the partial choice.
     let mut ticker = crate::deadline::Ticker::default();
-    let mut pass: u32 = 0;
     'passes: loop {
-        pass += 1;
         let mut changed: Vec<Id> = Vec::new();
-        // The recorded changes made before the visit of node `upto` in this pass.
-        let mut replay_to = |upto: usize, best: &mut [Best], changed: &mut Vec<Id>| {
-            while let Some(e) = replay.get(next_event).filter(|e| (e.pass, e.node) < (pass, upto)) {
-                next_event += 1;
-                if computed_class.get(usize::from(e.class)) != Some(&true) {
-                    best[usize::from(e.class)] = Some(e.best.clone());
-                    changed.push(e.class);
-                }
-            }
-        };
         for (i, (cid, _, own)) in costs.0.iter().enumerate() {
             if ticker.tick() {
                 break 'passes;
@@ -256,7 +161,6 @@ fn passes(
                 continue;
             }
             pending[i] = false;
-            replay_to(i, &mut best, &mut changed);
             // Built in `set`, which is kept (and its storage reused) when
             // the node does not improve its class.
             set.clear();
@@ -288,22 +192,23 @@ fn passes(
             if slot.as_ref().is_none_or(|(_, _, old)| t.lt(old)) {
                 *slot = Some((i, Rc::new(std::mem::take(&mut set)), t));
                 changed.push(*cid);
-                if let Some(record) = record.as_deref_mut() {
-                    record.push(Event { pass, node: i, class: *cid, best: slot.clone().expect("just set") });
-                }
             }
         }
-        replay_to(usize::MAX, &mut best, &mut changed);
         if changed.is_empty() {
             break;
         }
         for c in changed {
             for &i in &parents[usize::from(c)] {
-                pending[i] = computed[i];
+                pending[i] = allowed[i];
             }
         }
     }
-    best
+    let best = best
+        .into_iter()
+        .enumerate()
+        .filter_map(|(id, b)| b.map(|(i, set, t)| (Id::from(id), (costs.0[i].1.clone(), set, t))))
+        .collect();
+    Choice { best }
 }
 
 /// An output whose e-class has no executable plan under the extraction's
