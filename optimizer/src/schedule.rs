@@ -59,11 +59,9 @@ pub struct IncrementalScheduler {
     /// How much of the analysis's touched log is already consumed.
     consumed: usize,
     /// Each rule's pattern compiled for delta matching, by name (`None`: not
-    /// a pattern, or deeper than [`MAX_DEPTH`]; searched everywhere).
-    compiled: FxHashMap<Symbol, Option<Rc<Delta>>>,
-    /// Each rule's walk storage, with its parameters' classes (found once:
-    /// a parameter class is never merged, so its id stays canonical).
-    walks: FxHashMap<Symbol, Walk>,
+    /// a pattern, or deeper than [`MAX_DEPTH`]; searched everywhere), with
+    /// its walk storage once the pattern's parameters are in the graph.
+    compiled: FxHashMap<Symbol, Option<Compiled>>,
     /// What changed since the previous iteration's search: the classes at
     /// most [`MAX_DEPTH`] parent steps above a touched class, new members,
     /// new analysis data.
@@ -78,6 +76,16 @@ pub struct IncrementalScheduler {
     budget: Option<(usize, Instant)>,
 }
 
+/// A rule's pattern compiled for delta matching, with the storage of its
+/// walks.
+struct Compiled {
+    delta: Rc<Delta>,
+    /// Made once the pattern's parameters are in the graph; their classes
+    /// are found then, once (a parameter class is never merged, so its id
+    /// stays canonical).
+    walk: Option<Walk>,
+}
+
 /// Matches applied between two looks at the budget.
 const APPLY_PIECE: usize = 256;
 
@@ -90,7 +98,6 @@ impl IncrementalScheduler {
             everywhere: true,
             consumed: 0,
             compiled: FxHashMap::default(),
-            walks: FxHashMap::default(),
             changes: Changes::default(),
             consumed_data: 0,
             member_readers: FxHashSet::default(),
@@ -134,10 +141,6 @@ impl IncrementalScheduler {
             self.changes.prepare(egraph, (!first).then_some((fresh, data_fresh)), MAX_DEPTH);
         }
     }
-
-    fn compiled(&mut self, rewrite: &Rewrite<Ia, TraAnalysis>) -> Option<Rc<Delta>> {
-        self.compiled.entry(rewrite.name).or_insert_with(|| compile(rewrite.searcher.get_pattern_ast()?)).clone()
-    }
 }
 
 thread_local! {
@@ -176,18 +179,18 @@ impl RewriteScheduler<Ia, TraAnalysis> for IncrementalScheduler {
         if self.iteration != Some(iteration) {
             self.prepare(iteration, egraph);
         }
-        match (self.compiled(rewrite), rewrite.searcher.get_pattern_ast()) {
-            (Some(delta), Some(ast)) if !self.everywhere => {
+        let reads_members = self.member_readers.contains(&rewrite.name);
+        let compiled = self.compiled.entry(rewrite.name).or_insert_with(|| {
+            compile(rewrite.searcher.get_pattern_ast()?).map(|delta| Compiled { delta, walk: None })
+        });
+        match (compiled, rewrite.searcher.get_pattern_ast()) {
+            (Some(Compiled { delta, walk }), Some(ast)) if !self.everywhere => {
                 let d = delta.depth();
                 let Some(classes) = egraph.classes_for_op(&delta.root_op()) else { return Vec::new() };
-                let walk = match self.walks.entry(rewrite.name) {
-                    std::collections::hash_map::Entry::Occupied(w) => w.into_mut(),
-                    std::collections::hash_map::Entry::Vacant(v) => match delta.walk(egraph) {
-                        Some(w) => v.insert(w),
-                        None => return Vec::new(),
-                    },
-                };
-                let reads_members = self.member_readers.contains(&rewrite.name);
+                if walk.is_none() {
+                    *walk = delta.walk(egraph);
+                }
+                let Some(walk) = walk else { return Vec::new() };
                 let changes = &self.changes;
                 classes
                     .filter(|&c| changes.near(c).is_some_and(|steps| steps <= d))
