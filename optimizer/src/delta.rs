@@ -27,6 +27,10 @@
 //! two classes; the nodes that hold them then have new canonical forms, so
 //! that case is a new member too. Parameter classes never gain members.
 //!
+//! A pattern none of whose operators is among the new members cannot match
+//! anew unless some analysis data changed: the scheduler does not search it
+//! at all ([`Changes::may_match`]; late iterations add few kinds of nodes).
+//!
 //! [`Delta::search`] walks the pattern top-down like egg's matcher, and
 //! drops a partial match as soon as nothing changed is matched so far and no
 //! class still to visit has a touched class within the pattern's remaining
@@ -63,6 +67,9 @@ pub struct Changes {
     /// `fresh_set` lists the classes with flags set.
     fresh: Vec<Vec<bool>>,
     fresh_set: Vec<Id>,
+    /// The operators among all new members ([`op_bit`]s): a pattern with
+    /// none of them can only match anew through changed analysis data.
+    fresh_ops: u16,
     /// Least number of parent steps from a touched class ([`FAR`] beyond the
     /// depth asked), per class id; `near_set` lists the ids set.
     near: Vec<u8>,
@@ -85,6 +92,7 @@ impl Changes {
         for c in self.fresh_set.drain(..) {
             self.fresh[usize::from(c)].fill(false);
         }
+        self.fresh_ops = 0;
         for &c in &self.near_set {
             self.near[usize::from(c)] = FAR;
         }
@@ -168,7 +176,11 @@ impl Changes {
             while j < old.len() && old[j] < *n {
                 j += 1;
             }
-            flags.push(old.get(j) != Some(n));
+            let fresh = old.get(j) != Some(n);
+            if fresh {
+                self.fresh_ops |= op_bit(n);
+            }
+            flags.push(fresh);
         }
         self.members[c].clone_from(&eclass.nodes);
         self.ops[c] = ops_of(&eclass.nodes);
@@ -196,6 +208,14 @@ impl Changes {
 
     fn touched(&self, class: Id) -> bool {
         self.near.get(usize::from(class)) == Some(&0)
+    }
+
+    /// Whether a search of `delta` can find a match at all: some new member
+    /// has one of its operators, or some class's analysis data changed, or
+    /// (`reads_members`) a class was touched. Otherwise every match it has
+    /// was there at the previous search.
+    pub fn may_match(&self, delta: &Delta, reads_members: bool) -> bool {
+        self.fresh_ops & delta.ops != 0 || !self.data_set.is_empty() || (reads_members && !self.near_set.is_empty())
     }
 
     fn data_changed(&self, class: Id) -> bool {
@@ -274,6 +294,8 @@ pub struct Delta {
     params: Vec<Ia>,
     /// The pattern's variables, in the order the walk binds them.
     vars: Vec<Var>,
+    /// The operators of all its steps ([`op_bit`]s).
+    ops: u16,
     /// For each step `k`: the steps at or after `k` whose class is known
     /// before `k` is matched (their parent's member is chosen). Every step
     /// still to match lies below one of them.
@@ -353,7 +375,8 @@ impl Delta {
         let frontier = (0..steps.len())
             .map(|k| (k..steps.len()).filter(|&j| parent_of[j].is_none_or(|p| p < k)).collect())
             .collect();
-        Some(Delta { steps, params, vars, frontier })
+        let ops = steps.iter().fold(0, |a, s| a | s.op);
+        Some(Delta { steps, params, vars, ops, frontier })
     }
 
     /// The depth of the pattern (root 0), its variables and leaves included.
@@ -475,7 +498,15 @@ mod tests {
         let ast: PatternAst<Ia> = pattern.parse().unwrap();
         let delta = Delta::new(&ast).unwrap();
         let Some(mut walk) = delta.walk(eg) else { return 0 };
-        eg.classes().map(|c| delta.search(changes, c.id, reads_members, &mut walk).len()).sum()
+        let found = eg.classes().map(|c| delta.search(changes, c.id, reads_members, &mut walk).len()).sum();
+        // The scheduler skips the search when `may_match` says no: it must
+        // never say no where a match is found.
+        assert!(found == 0 || changes.may_match(&delta, reads_members), "may_match missed a match of {pattern}");
+        found
+    }
+
+    fn may_match(changes: &Changes, pattern: &str, reads_members: bool) -> bool {
+        changes.may_match(&Delta::new(&pattern.parse().unwrap()).unwrap(), reads_members)
     }
 
     /// Only what changed since the previous search matches: a class that is
@@ -493,14 +524,20 @@ mod tests {
         assert_eq!(matches(&eg, &changes, "(input ?n)", false), 2);
         assert_eq!(matches(&eg, &changes, "(input X)", false), 1);
         assert_eq!(matches(&eg, &changes, "(input Z)", false), 0);
-        // Nothing changed since: nothing matches.
+        assert!(may_match(&changes, pattern, false));
+        // No new member is a concat: a concat pattern is not even searched.
+        assert!(!may_match(&changes, "(concat ?p ?x)", false));
+        // Nothing changed since: nothing matches, and nothing is searched.
         changes.prepare(&eg, Some((&[], &[])), 4);
         assert_eq!(matches(&eg, &changes, pattern, false), 0);
+        assert!(!may_match(&changes, pattern, false));
+        assert!(!may_match(&changes, pattern, true));
         // X's input class touched, same members, same data: still nothing,
         // unless the rule reads the members of `?x`.
         changes.prepare(&eg, Some((&[input], &[])), 4);
         assert_eq!(matches(&eg, &changes, pattern, false), 0);
         assert_eq!(matches(&eg, &changes, pattern, true), 1);
+        assert!(!may_match(&changes, pattern, false));
         // X's input class has new data: its erasure matches again.
         changes.prepare(&eg, Some((&[input], &[input])), 4);
         assert_eq!(matches(&eg, &changes, pattern, false), 1);

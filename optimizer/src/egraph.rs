@@ -602,9 +602,9 @@ pub fn type_node(eg: &TraEGraph, node: &Ia) -> Result<ClassData, TypeError> {
 /// Add `node` (children already in the graph) if it type-checks, typing it
 /// once; its class if it is already there. Rules build right-hand sides with
 /// this, so that an ill-typed node is skipped instead of reaching `make`.
-pub fn add_typed(eg: &mut TraEGraph, node: Ia) -> Result<Id, TypeError> {
-    let node = node.map_children(|c| eg.find(c));
-    if let Some(id) = eg.lookup(node.clone()) {
+pub fn add_typed(eg: &mut TraEGraph, mut node: Ia) -> Result<Id, TypeError> {
+    // Canonicalizes `node`'s children in place.
+    if let Some(id) = eg.lookup(&mut node) {
         return Ok(id);
     }
     let data = type_node(eg, &node)?;

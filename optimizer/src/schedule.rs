@@ -185,13 +185,16 @@ impl RewriteScheduler<Ia, TraAnalysis> for IncrementalScheduler {
         });
         match (compiled, rewrite.searcher.get_pattern_ast()) {
             (Some(Compiled { delta, walk }), Some(ast)) if !self.everywhere => {
+                let changes = &self.changes;
+                if !changes.may_match(delta, reads_members) {
+                    return Vec::new();
+                }
                 let d = delta.depth();
                 let Some(classes) = egraph.classes_for_op(&delta.root_op()) else { return Vec::new() };
                 if walk.is_none() {
                     *walk = delta.walk(egraph);
                 }
                 let Some(walk) = walk else { return Vec::new() };
-                let changes = &self.changes;
                 classes
                     .filter(|&c| changes.near(c).is_some_and(|steps| steps <= d))
                     .filter_map(|c| {
