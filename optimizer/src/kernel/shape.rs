@@ -16,8 +16,13 @@ pub(super) fn show(shape: &[usize]) -> String {
 }
 
 /// Shape of the output blocks and their number, for a decoded kernel;
-/// `label` (the kernel as written, e.g. `tile(1,3)`) starts error messages.
-fn named_shape(label: &str, k: Kernel, inputs: &[&[usize]]) -> Result<(Vec<usize>, usize), KernelError> {
+/// `label` (the kernel as written, e.g. `tile(1,3)`) starts error messages;
+/// it is only formatted for an error.
+fn named_shape(
+    label: &dyn std::fmt::Display,
+    k: Kernel,
+    inputs: &[&[usize]],
+) -> Result<(Vec<usize>, usize), KernelError> {
     let bad = |msg: String| Err(KernelError::BadShape(format!("{label}: {msg}")));
     let matrices = |what: &str| -> Result<(), KernelError> {
         match inputs.iter().find(|s| s.len() != 2) {
@@ -173,7 +178,7 @@ impl KernelRef {
                 let shape = spec.output_shape(inputs).map_err(|e| KernelError::BadShape(format!("{self}: {e}")))?;
                 Ok((shape, 1))
             }
-            KernelRef::Named { name, args } => named_shape(&self.to_string(), resolve(name, args)?, inputs),
+            KernelRef::Named { name, args } => named_shape(self, resolve(name, args)?, inputs),
             KernelRef::Compose(outer, inner) => {
                 let (mid, n) = inner.shape_checked(inputs)?;
                 if n != 1 {
@@ -215,7 +220,7 @@ impl KernelRef {
             }
             KernelRef::Named { name, args } => {
                 let k = resolve(name, args).ok()?;
-                let (shape, _) = named_shape(name, k, inputs).ok()?;
+                let (shape, _) = named_shape(&name, k, inputs).ok()?;
                 Some((shape, named_flops(k, inputs)))
             }
             KernelRef::Compose(outer, inner) => {
