@@ -31,22 +31,24 @@ use indexmap::IndexMap;
 use rustc_hash::FxHashMap as HashMap;
 use std::rc::Rc;
 
-/// Class → cost of its chosen node, for every class a plan uses, sorted by
-/// class (a sorted vector: sets are built by merging the children's, which
-/// is linear, and summed in class order).
-type CostSet = Rc<Vec<(Id, Cost)>>;
+/// Class → its chosen node (an index into [`NodeCosts`], which holds the
+/// node's own cost), for every class a plan uses, sorted by class (a sorted
+/// vector: sets are built by merging the children's, which is linear, and
+/// summed in class order). An index, not the cost itself: sets are copied
+/// and merged for every node visited, and an entry is 8 bytes, not 40.
+type CostSet = Rc<Vec<(Id, u32)>>;
 
-fn total(set: &[(Id, Cost)]) -> Cost {
-    set.iter().fold(Cost::default(), |a, (_, c)| a + *c)
+fn total(set: &[(Id, u32)], costs: &NodeCosts) -> Cost {
+    set.iter().fold(Cost::default(), |a, &(_, i)| a + costs.0[i as usize].2)
 }
 
-fn set_contains(set: &[(Id, Cost)], class: Id) -> bool {
+fn set_contains(set: &[(Id, u32)], class: Id) -> bool {
     set.binary_search_by_key(&class, |(k, _)| *k).is_ok()
 }
 
 /// `acc ∪ more`, both sorted by class; where both hold a class, `acc`'s
 /// cost is kept (the first child's, as children are merged in order).
-fn merge_into(acc: &mut Vec<(Id, Cost)>, more: &[(Id, Cost)], scratch: &mut Vec<(Id, Cost)>) {
+fn merge_into(acc: &mut Vec<(Id, u32)>, more: &[(Id, u32)], scratch: &mut Vec<(Id, u32)>) {
     scratch.clear();
     scratch.reserve(acc.len() + more.len());
     let (mut i, mut j) = (0, 0);
@@ -146,14 +148,14 @@ pub fn choose_among(eg: &TraEGraph, costs: &NodeCosts, allow: &dyn Fn(&TraEGraph
     let Shape { children, parents } = costs.shape(eg);
     let allowed: Vec<bool> = costs.0.iter().map(|(id, node, _)| allow(eg, *id, node)).collect();
     let mut pending: Vec<bool> = allowed.clone();
-    let mut scratch: Vec<(Id, Cost)> = Vec::new();
-    let mut set: Vec<(Id, Cost)> = Vec::new();
+    let mut scratch: Vec<(Id, u32)> = Vec::new();
+    let mut set: Vec<(Id, u32)> = Vec::new();
     // Past the request's deadline the passes stop early; the caller sees
     // `deadline::expired()` and discards the partial choice.
     let mut ticker = crate::deadline::Ticker::default();
     'passes: loop {
         let mut changed: Vec<Id> = Vec::new();
-        for (i, (cid, _, own)) in costs.0.iter().enumerate() {
+        for (i, (cid, _, _)) in costs.0.iter().enumerate() {
             if ticker.tick() {
                 break 'passes;
             }
@@ -186,8 +188,8 @@ pub fn choose_among(eg: &TraEGraph, costs: &NodeCosts, allow: &dyn Fn(&TraEGraph
             }
             // `cid` is in no child's set (checked above).
             let at = set.partition_point(|(k, _)| *k < *cid);
-            set.insert(at, (*cid, *own));
-            let t = total(&set);
+            set.insert(at, (*cid, i as u32));
+            let t = total(&set, costs);
             let slot = &mut best[usize::from(*cid)];
             if slot.as_ref().is_none_or(|(_, _, old)| t.lt(old)) {
                 *slot = Some((i, Rc::new(std::mem::take(&mut set)), t));
