@@ -76,7 +76,8 @@ fn merge_into(acc: &mut Vec<(Id, u32)>, more: &[(Id, u32)], scratch: &mut Vec<(I
 
 /// The chosen node of every class that has an executable plan.
 pub struct Choice {
-    best: HashMap<Id, (Ia, CostSet, Cost)>,
+    /// By class id (`None`: no executable plan).
+    best: Vec<Option<(Ia, CostSet, Cost)>>,
 }
 
 /// Find, for every class, its cheapest executable node under DAG cost,
@@ -205,11 +206,7 @@ pub fn choose_among(eg: &TraEGraph, costs: &NodeCosts, allow: &dyn Fn(&TraEGraph
             }
         }
     }
-    let best = best
-        .into_iter()
-        .enumerate()
-        .filter_map(|(id, b)| b.map(|(i, set, t)| (Id::from(id), (costs.0[i].1.clone(), set, t))))
-        .collect();
+    let best = best.into_iter().map(|b| b.map(|(i, set, t)| (costs.0[i].1.clone(), set, t))).collect();
     Choice { best }
 }
 
@@ -224,14 +221,18 @@ pub struct NoPlan {
 }
 
 impl Choice {
+    fn get(&self, class: Id) -> Option<&(Ia, CostSet, Cost)> {
+        self.best.get(usize::from(class))?.as_ref()
+    }
+
     /// The cost of the best plan of a class (tree of choices, shared classes once).
     pub fn cost_of(&self, class: Id) -> Option<Cost> {
-        self.best.get(&class).map(|(_, _, c)| *c)
+        self.get(class).map(|(_, _, c)| *c)
     }
 
     /// The chosen node of a class.
     pub fn node(&self, class: Id) -> Option<&Ia> {
-        self.best.get(&class).map(|(n, _, _)| n)
+        self.get(class).map(|(n, _, _)| n)
     }
 
     /// Build the plan for several roots (shared classes appear once), or the
@@ -243,7 +244,7 @@ impl Choice {
         let mut classes: Vec<Id> = Vec::new();
         for (name, &root) in roots {
             let root = eg.find(root);
-            if !self.best.contains_key(&root) {
+            if self.get(root).is_none() {
                 return Err(NoPlan { output: name.clone() });
             }
             // Iterative post-order build, so deep plans cannot overflow the stack.
@@ -252,7 +253,7 @@ impl Choice {
                 if memo.contains_key(&c) {
                     continue;
                 }
-                let node = &self.best.get(&c).ok_or_else(|| NoPlan { output: name.clone() })?.0;
+                let node = &self.get(c).ok_or_else(|| NoPlan { output: name.clone() })?.0;
                 if !expanded {
                     stack.push((c, true));
                     for ch in node.children() {

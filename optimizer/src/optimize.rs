@@ -341,6 +341,10 @@ fn attempt(
     let w = Weights { network: cluster.network_weight, compute: cluster.compute_weight };
 
     let mut eg = TraEGraph::new(TraAnalysis::new(cluster.sites, p.inputs.clone()));
+    // Room for the matches of a small program (a plain matmul records about
+    // 400 of each), so that the sets do not grow one doubling at a time.
+    eg.analysis.applied.reserve(256);
+    eg.analysis.rejected.reserve(256);
     let roots = add_program(&mut eg, p, &typed.order);
     let ordering: Vec<_> = rules.iter().filter(|r| r.ordering()).flat_map(|r| r.rewrites.iter()).collect();
     let lowering: Vec<_> = rules.iter().filter(|r| r.lowering()).flat_map(|r| r.rewrites.iter()).collect();
