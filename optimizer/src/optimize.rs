@@ -382,13 +382,22 @@ fn attempt(
             log_report("ordering", &r0);
             iterations += r0.iterations.len();
             order_stop = r0.stop_reason.clone();
-            let fresh = TraAnalysis::new(cluster.sites, p.inputs.clone());
-            let (pruned_graph, pruned_roots, pruned) = crate::order::prune(&r0.egraph, &roots, &written, fresh);
-            if pruned.reordered == 0 {
-                // Only the written operators: the graph as the program built it.
+            let prune = || {
+                let fresh = TraAnalysis::new(cluster.sites, p.inputs.clone());
+                crate::order::prune(&r0.egraph, &roots, &written, fresh)
+            };
+            if let Some(pruned) = crate::order::unchanged(&original, &r0.egraph, &roots) {
+                // No order rule applied (a single product): nothing to prune.
+                debug_assert_eq!(pruned, prune().2, "the unchanged graph's figures are prune's");
                 (original, roots, pruned)
             } else {
-                (pruned_graph, pruned_roots, pruned)
+                let (pruned_graph, pruned_roots, pruned) = prune();
+                if pruned.reordered == 0 {
+                    // Only the written operators: the graph as the program built it.
+                    (original, roots, pruned)
+                } else {
+                    (pruned_graph, pruned_roots, pruned)
+                }
             }
         };
         let remaining = sat_time.saturating_sub(sat_start.elapsed());

@@ -132,6 +132,35 @@ pub fn prune(
     (out, new_roots, Pruned { explored, kept: kept.0, reordered: kept.1 })
 }
 
+/// What [`prune`] would report when the ordering phase changed nothing,
+/// without rebuilding the graph: `None` unless `after` is `before` unchanged.
+/// With no union, every class keeps its one member (a union of two classes
+/// always leaves one with two distinct members), and with no union a new
+/// node is a new class; so one member per class and as many classes as
+/// before means no rule added or merged anything. Then the program's own
+/// graph is the pruned one: every node reachable from `roots` is kept, and
+/// none is another order.
+pub fn unchanged(before: &TraEGraph, after: &TraEGraph, roots: &IndexMap<String, Id>) -> Option<Pruned> {
+    if after.number_of_classes() != before.number_of_classes() || after.classes().any(|c| c.nodes.len() != 1) {
+        return None;
+    }
+    let explored = after.classes().filter(|c| !matches!(c.nodes[0], Ia::Param(_))).count();
+    let mut seen: HashSet<Id> = HashSet::new();
+    let mut stack: Vec<Id> = roots.values().map(|&r| after.find(r)).collect();
+    let mut kept = 0;
+    while let Some(c) = stack.pop() {
+        if !seen.insert(c) {
+            continue;
+        }
+        let node = &after[c].nodes[0];
+        if !matches!(node, Ia::Param(_)) {
+            kept += 1;
+        }
+        stack.extend(node.children().iter().map(|&k| after.find(k)));
+    }
+    Some(Pruned { explored, kept, reordered: 0 })
+}
+
 /// The members of `class` that [`prune`] keeps, in order.
 fn kept_members(eg: &TraEGraph, class: Id, best: &HashMap<Id, u64>, written: &HashMap<Id, Ia>) -> Vec<Ia> {
     let nodes = &eg[class].nodes;
