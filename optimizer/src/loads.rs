@@ -205,7 +205,7 @@ impl LoadCache {
         for name in &typed.order {
             let op = &plan.nodes[name];
             let mut h = DefaultHasher::new();
-            hash_debug(&mut h, op);
+            op.hash(&mut h);
             for child in op.operands() {
                 shape.get(child).hash(&mut h);
             }
@@ -470,8 +470,8 @@ impl LoadCache {
 }
 
 /// Feed a value's `Debug` text to a hasher without building the string (the
-/// structure key of a sub-plan: operators hold kernels and key expressions,
-/// which print exactly but do not hash).
+/// structure key of an input: its declaration does not implement `Hash`;
+/// an input is keyed once per plan).
 fn hash_debug(h: &mut DefaultHasher, value: &impl std::fmt::Debug) {
     struct Feed<'h>(&'h mut DefaultHasher);
     impl std::fmt::Write for Feed<'_> {

@@ -173,7 +173,7 @@ pub enum TraOp {
 }
 
 /// An IA operator (paper 004 §3). Field names are the API's.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
 pub enum IaOp {
     /// Every tuple to every site.
