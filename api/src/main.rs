@@ -436,6 +436,12 @@ fn rules_cmd(format: RulesFormat) -> Result<(), String> {
 }
 
 fn main() -> ExitCode {
+    // Before any thread starts (setting the environment is safe only
+    // then): a threaded OpenBLAS loaded later by this process or by the job
+    // processes it starts (which inherit it) then starts no pool of threads
+    // that would wait busily beside the kernel threads.
+    let (var, one) = tra_executor::threads::kernels::gemm_backend::ONE_THREAD_ENV;
+    std::env::set_var(var, one);
     let cli = Cli::parse();
     if writes_only_to_stdout(&cli.command) {
         tra_api::sigpipe::restore_default();

@@ -686,6 +686,16 @@ fn the_gemm_is_reported_and_a_missing_openblas_is_a_clear_error() {
         assert!(ok, "{err}");
         let v = check_summary(&out);
         assert!(v["gemm"].as_str().unwrap().starts_with("builtin"), "cluster {cluster}: {out}");
+        // Where OpenBLAS is installed, it runs in `tra`'s processes without
+        // the pool of threads it starts of its own when the environment
+        // does not say one thread (even where the user's does).
+        let (ok, out, err) = run(&args, &[("OPENBLAS_NUM_THREADS", "4")]);
+        assert!(ok, "{err}");
+        let gemm = check_summary(&out)["gemm"].as_str().unwrap().to_string();
+        assert!(!gemm.contains("idle thread"), "cluster {cluster}: {gemm}");
+        if std::env::var_os("TRA_REQUIRE_OPENBLAS").is_some() {
+            assert!(gemm.starts_with("openblas"), "cluster {cluster}: {gemm}");
+        }
         // OpenBLAS asked for and missing: the run fails naming the library,
         // without a panic.
         let (ok, _, err) = run(&args, &[("TRA_GEMM", "openblas"), ("TRA_OPENBLAS_LIB", missing)]);

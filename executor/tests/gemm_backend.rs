@@ -348,3 +348,31 @@ fn gemm_choice_in_this_process() {
         assert!(got != other, "the two GEMMs round this product alike: the check above cannot tell them apart");
     }
 }
+
+/// With `OPENBLAS_NUM_THREADS=1` in the environment at load, a threaded
+/// OpenBLAS starts no threads of its own (they would wait busily beside the
+/// kernel threads); without it, the pool it started is reported.
+#[test]
+fn openblas_starts_no_pool_with_one_thread_in_the_environment() {
+    if openblas().is_none() {
+        return;
+    }
+    let (var, one) = gemm_backend::ONE_THREAD_ENV;
+    run_alone("openblas_pool_in_this_process", &[(var, one), ("EXPECT_POOL", "0")]);
+    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    // Debian's threaded build starts one thread per core but the caller's.
+    let expected = (cores - 1).to_string();
+    run_alone("openblas_pool_in_this_process", &[(var, ""), ("EXPECT_POOL", expected.as_str())]);
+}
+
+#[test]
+#[ignore = "run by openblas_starts_no_pool_with_one_thread_in_the_environment in a process of its own"]
+fn openblas_pool_in_this_process() {
+    let expect: usize = std::env::var("EXPECT_POOL").unwrap().parse().unwrap();
+    // The first load of the process (a second one finds the count set to 1).
+    let Some(GemmBackend::OpenBlas(o)) = openblas() else { panic!("OpenBLAS loads in the parent") };
+    let pool = o.pool_threads();
+    let described = GemmBackend::OpenBlas(o).describe();
+    assert_eq!(pool, expect, "{described}");
+    assert_eq!(described.contains("idle thread"), expect > 0, "{described}");
+}

@@ -21,7 +21,16 @@
 //! output blocks, or over row panels of one product), so OpenBLAS must not
 //! start threads of its own: on loading, its thread count is set to one
 //! (`openblas_set_num_threads(1)`), and every call then runs on the caller's
-//! thread. Calls from several threads at once are safe with OpenBLAS built
+//! thread. That setting comes too late for the pool a threaded build starts
+//! when it is loaded (one thread per core but one), whose threads wait for
+//! work busily (yielding) for about a tenth of a second before they sleep:
+//! measured on 2 cores, 0.12 s of processor time after each load, taken
+//! from the job that loaded it (a 2-process matmul of 0.12 s used 20–30%
+//! more processor time). The pool is not started when
+//! `OPENBLAS_NUM_THREADS=1` is in the environment at load: the `tra`
+//! command sets it when it starts, for itself and the processes it starts
+//! ([`ONE_THREAD_ENV`]); a program that links this crate should do the
+//! same. [`OpenBlas::pool_threads`] reports the pool found at load. Calls from several threads at once are safe with OpenBLAS built
 //! with threading (`USE_THREAD=1`, Debian's `libopenblas0-pthread`, which
 //! then also takes its buffer-allocation locks) or with `USE_LOCKING=1`;
 //! a serial build without locking shares buffers between concurrent calls
@@ -36,6 +45,12 @@ use std::ffi::{c_char, c_int, CStr};
 use std::sync::OnceLock;
 
 use crate::threads::elem::{Dtype, Elem};
+
+/// The environment that keeps a threaded OpenBLAS from starting its own
+/// pool of threads when it is loaded (see the module's doc): it must be set
+/// before the library is opened, so before any thread of the process might
+/// read the environment (the `tra` command sets it first thing in `main`).
+pub const ONE_THREAD_ENV: (&str, &str) = ("OPENBLAS_NUM_THREADS", "1");
 
 /// The environment variable that chooses the GEMM.
 pub const GEMM_ENV: &str = "TRA_GEMM";
@@ -155,6 +170,8 @@ pub struct OpenBlas {
     dgemm: CblasGemm<f64>,
     library: String,
     config: String,
+    /// Threads of its own OpenBLAS started when it was loaded.
+    pool_threads: usize,
     /// Keeps the library mapped for as long as the function pointers live.
     _lib: libloading::Library,
 }
@@ -207,6 +224,12 @@ impl OpenBlas {
                     ));
                 }
             }
+            // Its thread count at load: the caller's thread and the pool
+            // it started then (which stays, idle, after the count is set to 1).
+            let pool_threads = match lib.get::<unsafe extern "C" fn() -> c_int>(b"openblas_get_num_threads\0") {
+                Ok(get) => usize::try_from(get()).unwrap_or(1).saturating_sub(1),
+                Err(_) => 0,
+            };
             set_threads(1);
             let config = match lib.get::<unsafe extern "C" fn() -> *const c_char>(b"openblas_get_config\0") {
                 Ok(get) => {
@@ -219,8 +242,15 @@ impl OpenBlas {
                 }
                 Err(_) => String::new(),
             };
-            Ok(OpenBlas { sgemm, dgemm, library: name.to_string(), config, _lib: lib })
+            Ok(OpenBlas { sgemm, dgemm, library: name.to_string(), config, pool_threads, _lib: lib })
         }
+    }
+
+    /// Threads OpenBLAS started of its own when it was loaded (0 when
+    /// [`ONE_THREAD_ENV`] was in the environment then, or with a build
+    /// without threads of its own).
+    pub fn pool_threads(&self) -> usize {
+        self.pool_threads
     }
 
     /// The library opened (as named when it was tried).
@@ -338,10 +368,17 @@ impl GemmBackend {
     /// and its build.
     pub fn describe(&self) -> String {
         match self {
-            GemmBackend::OpenBlas(o) if o.config.is_empty() => {
-                format!("openblas ({}, one thread per call)", o.library)
+            GemmBackend::OpenBlas(o) => {
+                let config = if o.config.is_empty() { String::new() } else { format!(": {}", o.config) };
+                let pool = match o.pool_threads {
+                    0 => String::new(),
+                    n => format!(
+                        "; {n} idle thread(s) of its own started at load: {}={} was not in the environment",
+                        ONE_THREAD_ENV.0, ONE_THREAD_ENV.1
+                    ),
+                };
+                format!("openblas ({}{config}, one thread per call{pool})", o.library)
             }
-            GemmBackend::OpenBlas(o) => format!("openblas ({}: {}, one thread per call)", o.library, o.config),
             GemmBackend::Builtin => "builtin (the gemm crate)".to_string(),
             GemmBackend::BuiltinFallback(why) => format!("builtin (the gemm crate; OpenBLAS not used: {why})"),
         }
