@@ -17,7 +17,9 @@
 //! ([`crate::stage_cost`]) and under two additive weightings, each with every
 //! join-strategy restriction, and re-scores every distinct plan exactly
 //! ([`crate::time`]). How far that is from exact: every plan it reports is
-//! scored exactly, and the chosen plan is the fastest of the candidates; a
+//! scored exactly, and the chosen plan is the fastest of the candidates (or,
+//! among those within the model's resolution of the fastest, the one whose
+//! kernels move the fewest bytes: `optimize::TIME_RESOLUTION`); a
 //! plan outside the candidates can be faster only if (a) it reads a costlier
 //! physical source of an exchange that pays off later (an exchange is
 //! charged the cheapest source the e-graph holds), or (b) greedy DAG
