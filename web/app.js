@@ -9,7 +9,7 @@ import {esc, full, si, ms, dims, clip, pool, exact, kernelText, PALETTE, seriesT
 import {Editor, locate, offsetOf, setMember} from "./editor.js";
 import {DagView, mostExpensive, paramText} from "./dag.js";
 import {renderSweep} from "./chart.js";
-import {acronym, ratioText, sameTotal, tieBreak} from "./explain.js";
+import {acronym, closeCall, ratioText, sameTotal, tieBreak} from "./explain.js";
 
 const $ = (id) => document.getElementById(id);
 const editor = new Editor($("editor"));
@@ -285,7 +285,7 @@ async function optimize() {
 /* ---------------- rendering the answer ---------------- */
 
 function alternativesOf(answer) {
-  // the server sends them cheapest first (ties in its own order), the chosen plan first
+  // the server sends the chosen plan first, then the others cheapest first (ties in its own order)
   return (answer.alternatives || []).map((a, i) => ({...a, index: i}));
 }
 
@@ -367,6 +367,10 @@ function render() {
     const same = sameTotal(runner.cost, best.cost);
     why += `<div class="summary-why">It ${describeMoves(best.plan, best.report)}; the runner-up, ${tagHtml(seriesKey(runner))} <b>${esc(runner.label)}</b>, ${describeMoves(runner.plan, runner.report)}
       — ${same ? "<b>the same cost</b>" : `<b>${esc(ratioText(runner.cost, best.cost))}</b> the cost`}.</div>`;
+    const close = alts.slice(1).map((a) => [a, closeCall(a.cost, best.cost, timeModel)]).filter(([, c]) => c);
+    if (close.length) {
+      why += `<div class="summary-why close-call" id="closeCall">${close.map(([a, c]) => `${tagHtml(seriesKey(a))} <b>${esc(a.label)}</b>: ${esc(c.text)}`).join("<br>")}</div>`;
+    }
     why += tieNote(alts);
   } else {
     why += `<div class="summary-why">The e-graph holds only one strategy for this program. It ${describeMoves(best.plan, best.report)}.</div>`;
@@ -384,11 +388,13 @@ function render() {
     const card = document.createElement("article");
     const chosen = i === 0;
     const tb = chosen ? null : tieBreak(best.cost, a.cost);
+    const close = chosen ? null : closeCall(a.cost, best.cost, timeModel);
     card.className = "alt-card" + (chosen ? " chosen" : "") + (tb ? " tied" : "");
     card.dataset.rank = String(i + 1);
     card.dataset.label = a.label;
     card.dataset.tag = state.tags.get(key) || "";
     const rel = chosen ? `<span class="badge chosen">✓ chosen</span>`
+      : close ? `<span class="badge tie close-call" title="${esc(close.text)}">${esc(ratioText(a.cost, best.cost))} the chosen, ${esc(close.short)}</span>`
       : tb ? `<span class="badge tie" title="${esc(tb.text)}">tie — chosen has ${esc(tb.by === "order" ? "the first place in the fixed order" : tb.by === "flops" ? "fewer flops" : "fewer floats moved")}</span>`
         : `<span class="ratio">${esc(ratioText(a.cost, best.cost))} the chosen</span>`;
     const hot = [...mostExpensive(a.plan, a.report)];
@@ -415,7 +421,7 @@ function render() {
       onEnlarge: () => openDag(a, i),
     }));
   });
-  $("altCount").textContent = `${alts.length} alternative${alts.length === 1 ? "" : "s"}, cheapest first`;
+  $("altCount").textContent = `${alts.length} alternative${alts.length === 1 ? "" : "s"}, ${alts.some((a, i) => i > 0 && closeCall(a.cost, best.cost, timeModel)) ? "the chosen first, then cheapest first" : "cheapest first"}`;
   renderSiteLoads(answer, cl);
 
   // rules and e-graph figures

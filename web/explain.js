@@ -53,3 +53,21 @@ export function acronym(label) {
   const m = String(label || "").match(/^([A-Z]{2,})\b/);
   return m ? m[1] : null;
 }
+
+/** Relative gap under which the time model does not tell two plans apart (the server's
+ * `TIME_RESOLUTION`): among such plans it chooses the one whose kernels move the fewest bytes. */
+export const TIME_RESOLUTION = 0.05;
+
+/** Under the time model, an alternative predicted faster than the chosen plan, yet within the
+ * model's resolution: the words that say why it was not chosen, or null. */
+export function closeCall(cost, chosen, timeModel) {
+  const a = Number(cost.total), b = Number(chosen.total);
+  if (!timeModel || !(a < b) || sameTotal(cost, chosen)) return null;
+  const pct = Math.round(TIME_RESOLUTION * 100);
+  return {
+    short: `within ${pct}% — the chosen plan moves fewer bytes through memory`,
+    text: `Predicted ${ratioText(cost, chosen)} the chosen plan's time: within the time model's ${pct}% resolution, `
+      + `so the two are not told apart, and the chosen plan's kernels move fewer bytes through memory `
+      + `(intermediates it does not write out cost time no stage figure shows).`,
+  };
+}
