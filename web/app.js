@@ -284,6 +284,14 @@ async function optimize() {
 
 /* ---------------- rendering the answer ---------------- */
 
+/** The total a plan's operator shares are taken of: the report's per-operator totals are the
+ * network model's `α·floats + β·flops` under either model, so under `time` (whose plan total is
+ * seconds) the shares are of their sum. */
+function planTotalOf(a) {
+  if ((state.answer?.stats || {}).cost_model !== "time") return a.cost.total;
+  return Object.values(a.report || {}).reduce((s, r) => s + (Number(r.total) || 0), 0);
+}
+
 function alternativesOf(answer) {
   // the server sends the chosen plan first, then the others cheapest first (ties in its own order)
   return (answer.alternatives || []).map((a, i) => ({...a, index: i}));
@@ -417,7 +425,7 @@ function render() {
   // the plans are drawn once every card is in place, at their final widths
   alts.forEach((a, i) => {
     state.views.push(new DagView(wrap.children[i].querySelector(".dag-wrap"), a.plan, a.report, {
-      planTotal: a.cost.total, builtBy: a.built_by || {}, rules: state.rules,
+      planTotal: planTotalOf(a), builtBy: a.built_by || {}, rules: state.rules,
       onEnlarge: () => openDag(a, i),
     }));
   });
@@ -482,7 +490,7 @@ function openDag(a, i) {
   dlg.showModal();
   state.dialogView?.resize?.disconnect();
   state.dialogView = new DagView(body, a.plan, a.report, {
-    planTotal: a.cost.total, builtBy: a.built_by || {}, rules: state.rules,
+    planTotal: planTotalOf(a), builtBy: a.built_by || {}, rules: state.rules,
     maxHeight: Math.max(300, window.innerHeight - 190), wheelZooms: true,
   });
 }

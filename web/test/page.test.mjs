@@ -537,6 +537,10 @@ test("the page of tra serve", async (t) => {
     for (const b of badges) assert.match(b, /^0\.9\d× the chosen, within 5% — the chosen plan moves fewer bytes through memory$/);
     assert.match(await page.$eval("#closeCall", (e) => e.textContent), /not told apart/);
     assert.match(await page.$eval("#altCount", (e) => e.textContent), /the chosen first, then cheapest first/);
+    // Each operator's share of its plan's cost stays a share under the time model.
+    const shares = await page.$$eval(".alt-card g.dnode.op text.share", (ts) => ts.map((t) => t.textContent));
+    assert.ok(shares.length > 0 && shares.every((x) => /^\d+%$/.test(x) && Number(x.slice(0, -1)) <= 100), `shares: ${shares}`);
+    assert.ok(shares.some((x) => x !== "0%"), `some operator has a share: ${shares}`);
   });
 
   await t.test("a broken program shows the API's error beside the editor, pointing at the node", async () => {
