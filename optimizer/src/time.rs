@@ -35,11 +35,11 @@
 //! replicated. It knows each output block's members before any arrives,
 //! starts a block's GEMMs as soon as its members are in, and emits the block
 //! when done; a `shuffle` or `broadcast` of its output sends that block on at
-//! once. So the operand shuffles, the GEMMs and the output's exchanges run
+//! once. So the operand exchanges, the GEMMs and the output's exchanges run
 //! at the same time, and on a site they share its link (each direction) and
 //! its processors. Such a **pipeline** is one stage:
 //!
-//! - per site, `a` (the operand shuffles' link time, the slower direction),
+//! - per site, `a` (the operand exchanges' link time, the slower direction),
 //!   `b` (the join's and the aggregation's compute, the roofline above) and
 //!   `c` (the output exchanges' link time); the site's link carries both
 //!   exchanges' bytes, so the busiest resource takes
@@ -55,12 +55,13 @@
 //!   blocks per site that computes (all of them, spread evenly) (the first block's members must
 //!   arrive before its GEMMs, the last block's GEMMs end before it is sent);
 //!   a site's time never exceeds `a + b + c`, what it takes unstreamed;
-//! - plus one latency per level of exchange (operand shuffles, output
+//! - plus one latency per level of exchange (operand exchanges, output
 //!   exchanges), the busiest site bounding the stage.
 //!
-//! A `broadcast` operand is not overlapped: its copy reaches a process only
-//! when complete (the leader shares it then), so it stays a stage before the
-//! pipeline.
+//! A `broadcast` operand is overlapped like a shuffled one: the runtime
+//! routes a broadcast tuple by tuple (each process's leader passes every
+//! tuple on to its workers as it arrives), and the pipeline starts an output
+//! block once its members are in, replicated or not.
 //!
 //! **Exchanges of inputs run together.** Every input is read when the job
 //! starts, and the exchanges that read one (outside a pipeline) route its
@@ -284,8 +285,9 @@ pub struct Pipeline {
     pub aggregate: String,
     /// The matrix-product `local_join` it computes.
     pub join: String,
-    /// Shuffles of inputs that feed the join, overlapped with the GEMMs.
-    pub operand_shuffles: Vec<String>,
+    /// Shuffles and broadcasts of inputs that feed the join, overlapped with
+    /// the GEMMs.
+    pub operand_exchanges: Vec<String>,
     /// Shuffles and broadcasts of the aggregation's output, overlapped with
     /// the GEMMs.
     pub output_exchanges: Vec<String>,
@@ -312,7 +314,7 @@ pub fn streamed_pipelines(plan: &Plan) -> Vec<Pipeline> {
         }
         match plan.nodes.get(name)? {
             IaOp::Shuffle { input, .. } => Some((plan.inputs.get(input)?, false, Some(name.to_string()))),
-            IaOp::Broadcast { input } => Some((plan.inputs.get(input)?, true, None)),
+            IaOp::Broadcast { input } => Some((plan.inputs.get(input)?, true, Some(name.to_string()))),
             _ => None,
         }
     };
@@ -339,7 +341,7 @@ pub fn streamed_pipelines(plan: &Plan) -> Vec<Pipeline> {
         let output_blocks =
             group_by.iter().map(|&d| bounds.get(d).copied().unwrap_or(1).max(1) as u64).fold(1u64, u64::saturating_mul);
         let mut take = |n: &str| claimed.insert(n.to_string()).then(|| n.to_string());
-        let operand_shuffles = [l.2, r.2].into_iter().flatten().filter_map(|s| take(&s)).collect::<Vec<_>>();
+        let operand_exchanges = [l.2, r.2].into_iter().flatten().filter_map(|s| take(&s)).collect::<Vec<_>>();
         let output_exchanges = plan
             .nodes
             .iter()
@@ -349,7 +351,7 @@ pub fn streamed_pipelines(plan: &Plan) -> Vec<Pipeline> {
         out.push(Pipeline {
             aggregate: name.clone(),
             join: input.clone(),
-            operand_shuffles,
+            operand_exchanges,
             output_exchanges,
             output_blocks,
         });
@@ -374,7 +376,7 @@ pub fn pipeline_seconds(
         }
         total
     };
-    let operands = sum(&mut pipeline.operand_shuffles.iter());
+    let operands = sum(&mut pipeline.operand_exchanges.iter());
     let local = sum(&mut [&pipeline.join, &pipeline.aggregate].into_iter());
     let outputs = sum(&mut pipeline.output_exchanges.iter());
     let link = |bytes: u64| bytes as f64 / p.link_bytes_per_second;
@@ -402,7 +404,7 @@ pub fn pipeline_seconds(
             best = (t, site, bound.1);
         }
     }
-    let levels = [!pipeline.operand_shuffles.is_empty(), !pipeline.output_exchanges.is_empty()];
+    let levels = [!pipeline.operand_exchanges.is_empty(), !pipeline.output_exchanges.is_empty()];
     best.0 += levels.iter().filter(|&&l| l).count() as f64 * p.latency_seconds;
     best
 }
@@ -437,7 +439,7 @@ pub fn plan_seconds(plan: &Plan, loads: &IndexMap<String, Arc<OpLoads>>, p: &Pro
     let pipelines = streamed_pipelines(plan);
     let member: HashSet<&str> = pipelines
         .iter()
-        .flat_map(|pl| pl.operand_shuffles.iter().chain(&pl.output_exchanges).chain([&pl.join, &pl.aggregate]))
+        .flat_map(|pl| pl.operand_exchanges.iter().chain(&pl.output_exchanges).chain([&pl.join, &pl.aggregate]))
         .map(String::as_str)
         .collect();
     let mut stages: Vec<(String, (f64, usize, Resource))> = Vec::new();
@@ -590,8 +592,8 @@ mod tests {
 
     #[test]
     fn exchanges_of_inputs_run_together_as_one_stage() {
-        // A broadcast of X and a shuffle of Y feed a join (a broadcast operand
-        // is never streamed): both start with the job and share each site's
+        // A broadcast of X and a shuffle of Y feed a join that is not a fused
+        // matmul (nothing streams it): both start with the job and share each site's
         // link. Site 0 sends 200 bytes of X and receives 300 of Y; site 1
         // sends those 300 and receives the 200: one stage bound by 300 bytes
         // on one link, 3 s + one latency; not 2 s + 3 s + two latencies.
@@ -628,7 +630,7 @@ mod tests {
             vec![Pipeline {
                 aggregate: "A".into(),
                 join: "J".into(),
-                operand_shuffles: vec!["SX".into(), "SY".into()],
+                operand_exchanges: vec!["SX".into(), "SY".into()],
                 output_exchanges: vec!["P".into()],
                 output_blocks: 8,
             }]
@@ -723,15 +725,18 @@ mod tests {
     }
 
     #[test]
-    fn a_broadcast_operand_is_not_overlapped_and_two_replicated_operands_are_not_streamed() {
+    fn a_broadcast_operand_is_overlapped_like_a_shuffled_one_and_two_replicated_operands_are_not_streamed() {
         let bmm = CMM.replace(r#""op": "shuffle", "input": "Y", "dims": [0]"#, r#""op": "broadcast", "input": "Y""#);
         let pipelines = streamed_pipelines(&plan(8, &bmm, r#""F""#));
         assert_eq!(pipelines.len(), 1);
-        assert_eq!(pipelines[0].operand_shuffles, vec!["SX".to_string()]);
+        assert_eq!(pipelines[0].operand_exchanges, vec!["SX".to_string(), "SY".to_string()]);
         let mut loads = cmm_loads(100, 100);
         loads.insert("SY".into(), Arc::new(vec![load(200, 200, 0); 2]));
-        // The broadcast's 2 s before the pipeline of 4.5 s, then the sum.
-        assert_eq!(plan_seconds(&plan(8, &bmm, r#""F""#), &loads, &profile(0.0)).0, 2.0 + 4.5 + 1.0);
+        // Per site: operands 3 s (the broadcast's 200 bytes each way with
+        // the shuffle's 100), GEMMs and folds 4 s, partial sums 1 s; the link
+        // carries 4 s each way, as long as the GEMMs; plus a fill and drain of
+        // (3 + 4 + 1 − 4) / 4; then the sum. Not the broadcast's 2 s first.
+        assert_eq!(plan_seconds(&plan(8, &bmm, r#""F""#), &loads, &profile(0.0)).0, 5.0 + 1.0);
         let both = bmm.replace(r#""op": "shuffle", "input": "X", "dims": [1]"#, r#""op": "broadcast", "input": "X""#);
         assert!(streamed_pipelines(&plan(8, &both, r#""F""#)).is_empty());
     }
