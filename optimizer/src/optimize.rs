@@ -637,16 +637,17 @@ pub const TIME_RESOLUTION: f64 = 0.05;
 /// The best of `among` (indices into `candidates`). Under `network`, the
 /// least `cost.key()`, the first of equals (the paper's model, unchanged).
 /// Under `time`, among the plans predicted within [`TIME_RESOLUTION`] of
-/// the fastest, the one whose kernels move the fewest bytes through memory
-/// (summed over sites), then the one with the fewest operators (else two
-/// plans that move the same bytes, one of them replicating keys the other
-/// need not, would be told apart by the last bit of a float), then the
-/// fastest: a plan that materializes
-/// intermediates the other fuses away (a join's products written out,
-/// exchanged, then read again to be summed) pays for it in ways no stage
-/// figure prices — the products' first touch, their trips through the
-/// caches — and measured slower (thin matrices: 1.40× the fused plan, for a
-/// prediction 4% cheaper).
+/// the fastest:
+/// - the one whose kernels move the fewest bytes through memory (summed
+///   over sites): a plan that materializes intermediates the other fuses
+///   away (a join's products written out, exchanged, then read again to be
+///   summed) pays for it in ways no stage figure prices — the products'
+///   first touch, their trips through the caches — and measured slower
+///   (thin matrices: 1.40× the fused plan, for a prediction 4% cheaper);
+/// - then the one with the fewest operators (else two plans that move the
+///   same bytes, one of them replicating keys the other need not, would be
+///   told apart by the last bit of a float);
+/// - then the fastest.
 fn pick(candidates: &[Candidate], among: &[usize], model: CostModel) -> usize {
     let key = |i: usize| candidates[i].cost.key();
     let by_key = |a: usize, b: usize| key(a).partial_cmp(&key(b)).unwrap_or(std::cmp::Ordering::Equal);
