@@ -5,6 +5,15 @@
 //! process first. Every process opens the same file (a shared file system
 //! across machines, as for inputs); all of them give it its final length and
 //! process 0 writes the header, so keys without a tuple read as zeros.
+//!
+//! A dense output whose file could be preallocated is written through a
+//! shared memory map of the file: a block of a dense tensor is one short run
+//! per row (1 KiB for 256 `f32` columns), and a positioned write per run cost
+//! about 3 µs each on ext4, 13 times the time of writing the same bytes as one
+//! run (a 4096² `f32` output in 256² blocks: 190–250 ms written run by run,
+//! 50–90 ms copied into the map). Where the file system cannot preallocate
+//! (some network file systems) runs are written one by one as before, so a
+//! full disk is an error and never a fault on a mapped page.
 
 use super::input::dense_runs;
 use super::wire::elem_bytes;
@@ -37,6 +46,64 @@ pub struct OutWriter {
     key_bounds: Vec<u32>,
     array_bounds: Vec<usize>,
     esize: u64,
+    /// The whole file mapped shared, for a dense output whose space is
+    /// reserved.
+    map: Option<Mapping>,
+}
+
+/// A file mapped `MAP_SHARED` for writing, unmapped when dropped.
+struct Mapping {
+    ptr: *mut u8,
+    len: usize,
+}
+
+// SAFETY: the mapping is plain memory shared with the file; writers copy
+// disjoint runs into it (every key of an output is written once, by one
+// site), and the pointer is only unmapped on drop, when no writer is left.
+unsafe impl Send for Mapping {}
+// SAFETY: as above; `write` takes `&self` and touches only its own tuple's runs.
+unsafe impl Sync for Mapping {}
+
+impl Mapping {
+    /// Map `len` bytes of `file` (already of at least that length) for
+    /// writing; `None` when the map cannot be made (the caller writes runs one
+    /// by one instead).
+    fn new(file: &File, len: u64) -> Option<Mapping> {
+        use std::os::fd::AsRawFd;
+        let len = usize::try_from(len).ok().filter(|&l| l > 0)?;
+        // SAFETY: a fresh shared mapping of a file this `File` owns; the
+        // kernel picks the address; the result is checked for MAP_FAILED.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        (ptr != libc::MAP_FAILED).then(|| Mapping { ptr: ptr.cast(), len })
+    }
+
+    /// Copy `bytes` to offset `pos` of the file.
+    fn write_at(&self, bytes: &[u8], pos: u64) -> Result<(), String> {
+        let end = pos.checked_add(bytes.len() as u64).filter(|&e| e <= self.len as u64);
+        if end.is_none() {
+            return Err(format!("{} bytes at {pos} fall outside the {}-byte file", bytes.len(), self.len));
+        }
+        // SAFETY: `pos + bytes.len() <= len` (checked above), so the run lies
+        // inside the mapping; `bytes` is ordinary memory, not the mapping.
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.ptr.add(pos as usize), bytes.len()) };
+        Ok(())
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: `ptr`/`len` are the mapping `new` made, unmapped only here.
+        unsafe { libc::munmap(self.ptr.cast(), self.len) };
+    }
 }
 
 impl OutputFile {
@@ -66,7 +133,9 @@ impl OutputFile {
         })
         .map_err(|e| format!("{}: cannot create: {e}", self.path.display()))?;
         file.set_len(total).map_err(|e| format!("{}: cannot size: {e}", self.path.display()))?;
-        reserve(&file, total).map_err(|e| format!("{}: cannot reserve {total} bytes: {e}", self.path.display()))?;
+        let reserved =
+            reserve(&file, total).map_err(|e| format!("{}: cannot reserve {total} bytes: {e}", self.path.display()))?;
+        let map = (reserved && self.layout == Layout::Dense).then(|| Mapping::new(&file, total)).flatten();
         if header {
             file.write_all_at(&head, 0).map_err(|e| format!("{}: cannot write: {e}", self.path.display()))?;
         }
@@ -78,6 +147,7 @@ impl OutputFile {
             key_bounds: self.key_bounds.clone(),
             array_bounds: self.array_bounds.clone(),
             esize,
+            map,
         })
     }
 }
@@ -87,19 +157,20 @@ impl OutputFile {
 /// as the writes arrive, on the thread that receives them (on ext4 about a
 /// quarter of the cost of writing an output). A full disk is reported here,
 /// before anything is written; a file system that cannot preallocate (some
-/// network file systems) is written as before.
-fn reserve(file: &File, len: u64) -> std::io::Result<()> {
+/// network file systems) is written as before. Whether the space is reserved
+/// is the answer.
+fn reserve(file: &File, len: u64) -> std::io::Result<bool> {
     use std::os::fd::AsRawFd;
-    let Ok(len) = libc::off_t::try_from(len) else { return Ok(()) };
+    let Ok(len) = libc::off_t::try_from(len) else { return Ok(false) };
     // SAFETY: fallocate on a file descriptor this `File` owns, with no pointers.
     let r = unsafe { libc::fallocate(file.as_raw_fd(), 0, 0, len) };
     if r == 0 {
-        return Ok(());
+        return Ok(true);
     }
     let e = std::io::Error::last_os_error();
     match e.raw_os_error() {
         Some(libc::ENOSPC) | Some(libc::EFBIG) | Some(libc::EDQUOT) => Err(e),
-        _ => Ok(()),
+        _ => Ok(false),
     }
 }
 
@@ -133,9 +204,11 @@ impl OutWriter {
                 let mut runs = Vec::new();
                 dense_runs(&self.key_bounds, &self.array_bounds, key, &mut runs);
                 for (off, len, at) in runs {
-                    self.file
-                        .write_all_at(elem_bytes(&data[at..at + len]), self.header_len + off * self.esize)
-                        .map_err(io)?;
+                    let (bytes, pos) = (elem_bytes(&data[at..at + len]), self.header_len + off * self.esize);
+                    match &self.map {
+                        Some(map) => map.write_at(bytes, pos).map_err(|e| format!("{}: {e}", self.path.display()))?,
+                        None => self.file.write_all_at(bytes, pos).map_err(io)?,
+                    }
                 }
                 Ok(())
             }
@@ -145,8 +218,51 @@ impl OutWriter {
 
 #[cfg(test)]
 mod tests {
-    use super::reserve;
+    use super::{reserve, Layout, OutputFile};
+    use crate::npy;
+    use crate::threads::Block;
     use std::os::unix::fs::MetadataExt;
+
+    /// A dense output written by two sites through the shared map holds every
+    /// block at its place, as the same output written run by run (no map)
+    /// does: the element at (i, j) of the 6×10 tensor is `10 i + j`.
+    #[test]
+    fn a_dense_output_through_the_map_equals_one_written_run_by_run() {
+        let dir = std::env::temp_dir().join(format!("tra-mapped-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (keys, shape) = ([3u32, 2], [2usize, 5]);
+        let block = |k: [u32; 2]| {
+            let data = (0..10).map(|n| (10 * (2 * k[0] as usize + n / 5) + 5 * k[1] as usize + n % 5) as f32).collect();
+            Block::detached(&shape, data)
+        };
+        let mut read = Vec::new();
+        for mapped in [true, false] {
+            let out = OutputFile {
+                path: dir.join(format!("out-{mapped}.npy")),
+                layout: Layout::Dense,
+                key_bounds: keys.to_vec(),
+                array_bounds: shape.to_vec(),
+            };
+            let sites = [out.open::<f32>(true).unwrap(), out.open::<f32>(false).unwrap()];
+            let sites = sites.map(|mut w| {
+                if !mapped {
+                    w.map = None;
+                }
+                w
+            });
+            assert_eq!(sites[0].map.is_some(), mapped, "the temporary directory preallocates");
+            for (n, k) in [[0, 0], [0, 1], [1, 0], [1, 1], [2, 0], [2, 1]].into_iter().enumerate() {
+                sites[n % 2].write(&k.to_vec(), &block(k)).unwrap();
+            }
+            drop(sites);
+            let a = npy::read_array::<f32>(&out.path).unwrap();
+            assert_eq!(a.shape(), [6, 10]);
+            read.push(a.iter().copied().collect::<Vec<f32>>());
+        }
+        assert_eq!(read[0], (0..60).map(|v| v as f32).collect::<Vec<_>>());
+        assert_eq!(read[0], read[1]);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     /// The file's blocks are allocated before anything is written (on file
     /// systems that preallocate; the test's temporary directory does), and its
@@ -160,7 +276,7 @@ mod tests {
         let len = 3 << 20;
         file.set_len(len).unwrap();
         let sparse = file.metadata().unwrap().blocks() * 512;
-        reserve(&file, len).unwrap();
+        assert!(reserve(&file, len).unwrap());
         let meta = file.metadata().unwrap();
         assert_eq!(meta.len(), len);
         assert!(sparse < len && meta.blocks() * 512 >= len, "allocated {} of {len} bytes", meta.blocks() * 512);
