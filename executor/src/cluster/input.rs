@@ -5,11 +5,14 @@
 //! puts key `k` on `site_of(k, D, sites)`, `replicated` on every site (read
 //! once per process and shared by its workers), `any` follows the layout
 //! (round-robin by position in key order, seeded, or one site). Each worker
-//! reads from the file only the blocks of its own site, with positioned
-//! reads: a relation-layout file block by block, a dense file row run by row
-//! run. The file must hold every key below the input's key bounds (both `.npy`
-//! layouts do).
+//! reads from the file only the blocks of its own site: a relation-layout
+//! file block by block with positioned reads, a dense file row run by row run
+//! from a map of the file ([`super::mapped`]), or with positioned reads of
+//! nearby runs together where the file cannot be mapped. The file must hold
+//! every key below the input's key bounds (both `.npy` layouts do), and the
+//! bytes its header announces (checked when it is opened).
 
+use super::mapped::FileMap;
 use super::wire::elem_bytes_mut;
 use crate::npy::{self, Layout, NpyHeader};
 use crate::semantics::{all_keys, check_input_tuples, AnyLayout, InterpError};
@@ -56,6 +59,8 @@ pub struct NpyRelationFile {
     layout: Layout,
     key_bounds: Vec<u32>,
     array_bounds: Vec<usize>,
+    /// The whole file mapped, for a dense file in C order.
+    map: Option<FileMap>,
 }
 
 impl NpyRelationFile {
@@ -66,6 +71,20 @@ impl NpyRelationFile {
         let header = npy::read_header(&mut r, path).map_err(|e| e.to_string())?;
         let data_offset = r.stream_position().map_err(|e| format!("{}: {e}", path.display()))?;
         let file = r.into_inner();
+        let size = file.metadata().map_err(|e| format!("{}: cannot open: {e}", path.display()))?.len();
+        let need = header.data_bytes().ok_or_else(|| {
+            format!("{}: the header's shape {:?} has more than 2^64 bytes", path.display(), header.shape)
+        })?;
+        let have = size.saturating_sub(data_offset);
+        if have < need {
+            return Err(format!(
+                "{}: the data is shorter than the header says: shape {:?} of {} needs {need} bytes, the file holds \
+                 only {have} bytes after its header (truncated, or not what it claims)",
+                path.display(),
+                header.shape,
+                header.dtype.numpy_name()
+            ));
+        }
         if header.dtype.float.is_none() {
             return Err(format!(
                 "{}: holds {} values (dtype {:?}); tra reads float32 or float64",
@@ -87,6 +106,9 @@ impl NpyRelationFile {
             };
             return Err(format!("{}: has shape {:?}; expected {expected}", path.display(), header.shape));
         };
+        let map = (layout == Layout::Dense && !header.fortran_order)
+            .then(|| FileMap::new(&file, data_offset + need, false))
+            .flatten();
         Ok(NpyRelationFile {
             path: path.to_path_buf(),
             file,
@@ -95,6 +117,7 @@ impl NpyRelationFile {
             layout,
             key_bounds: key_bounds.to_vec(),
             array_bounds: array_bounds.to_vec(),
+            map,
         })
     }
 
@@ -134,6 +157,26 @@ impl NpyRelationFile {
         let native = self.header.dtype.float == Some(T::DTYPE) && !self.header.dtype.big_endian;
         let block_len: usize = self.array_bounds.iter().product();
         let mut blocks: Vec<_> = wanted.iter().map(|_| pool.take(&self.array_bounds)).collect();
+        if let (Some(map), Layout::Dense) = (&self.map, self.layout) {
+            let mut runs = Vec::new();
+            for ((_, key), block) in wanted.iter().zip(&mut blocks) {
+                runs.clear();
+                dense_runs(&self.key_bounds, &self.array_bounds, key, &mut runs);
+                let block = block.as_mut_slice();
+                for &(off, len, at) in &runs {
+                    let src = map
+                        .read(self.data_offset + off * esize, len * esize as usize)
+                        .map_err(|e| format!("{}: cannot read block {key:?}: {e}", self.path.display()))?;
+                    let dst = &mut block[at..at + len];
+                    if native {
+                        elem_bytes_mut(dst).copy_from_slice(src);
+                    } else {
+                        convert(src, self.dtype(), self.header.dtype.big_endian, dst);
+                    }
+                }
+            }
+            return Ok(wanted.iter().zip(blocks).map(|((_, key), b)| (key.clone(), Arc::new(b))).collect());
+        }
         // Every contiguous run of every wanted block: (file offset in
         // elements, length in elements, block, offset in the block).
         let mut runs: Vec<(u64, usize, usize, usize)> = Vec::new();
@@ -365,6 +408,65 @@ pub fn load<T: Elem>(
 mod tests {
     use super::*;
 
+    impl NpyRelationFile {
+        /// The file read with positioned reads, as where it cannot be mapped.
+        fn unmapped(mut self) -> NpyRelationFile {
+            self.map = None;
+            self
+        }
+    }
+
+    /// A dense file's blocks read from its map equal those read with
+    /// positioned reads, for every other block (a site of two), in both
+    /// element types (f32 blocks from an f64 file are converted).
+    #[test]
+    fn mapped_reads_equal_positioned_reads() {
+        let dir = std::env::temp_dir().join(format!("tra-cluster-mapped-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (kb, ab) = ([4u32, 3], [3usize, 5]);
+        let dense: Vec<f64> = (0..12 * 15).map(|i| i as f64 * 0.5).collect();
+        let d = dir.join("dense.npy");
+        npy::write_array(&d, &[12, 15], &dense).unwrap();
+        let wanted: Vec<(usize, Key)> = all_keys(&kb).into_iter().enumerate().filter(|(i, _)| i % 2 == 0).collect();
+        let mapped = NpyRelationFile::open(&d, &kb, &ab).unwrap();
+        assert!(mapped.map.is_some());
+        let unmapped = NpyRelationFile::open(&d, &kb, &ab).unwrap().unmapped();
+        let (a, b) = (
+            mapped.read_keys(&wanted, &Pool::<f64>::new()).unwrap(),
+            unmapped.read_keys(&wanted, &Pool::<f64>::new()).unwrap(),
+        );
+        assert_eq!(a.len(), wanted.len());
+        for (((_, k), (ka, ba)), (kb_, bb)) in wanted.iter().zip(&a).zip(&b) {
+            assert_eq!((k, k), (ka, kb_));
+            assert_eq!(ba.as_slice(), bb.as_slice(), "block {k:?}");
+            // Row 0 of block (i, j) starts at element (3 i, 5 j) of the tensor.
+            assert_eq!(ba.as_slice()[0], dense[3 * k[0] as usize * 15 + 5 * k[1] as usize]);
+        }
+        let (a, b) = (
+            mapped.read_keys(&wanted, &Pool::<f32>::new()).unwrap(),
+            unmapped.read_keys(&wanted, &Pool::<f32>::new()).unwrap(),
+        );
+        for ((_, ba), (_, bb)) in a.iter().zip(&b) {
+            assert_eq!(ba.as_slice(), bb.as_slice());
+        }
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    /// A file shorter than its header says is refused when opened, naming it
+    /// and both sizes (nothing of it is mapped).
+    #[test]
+    fn a_truncated_file_is_refused_when_opened() {
+        let dir = std::env::temp_dir().join(format!("tra-cluster-short-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let d = dir.join("short.npy");
+        npy::write_array(&d, &[4, 4], &[1.0f32; 16]).unwrap();
+        let len = std::fs::metadata(&d).unwrap().len();
+        std::fs::OpenOptions::new().write(true).open(&d).unwrap().set_len(len - 8).unwrap();
+        let e = NpyRelationFile::open(&d, &[2, 2], &[2, 2]).err().expect("refused");
+        assert!(e.contains("short.npy") && e.contains("needs 64 bytes") && e.contains("only 56 bytes"), "{e}");
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
     #[test]
     fn partial_reads_match_whole_reads() {
         let dir = std::env::temp_dir().join(format!("tra-cluster-input-{}", std::process::id()));
@@ -396,7 +498,7 @@ mod tests {
         std::fs::remove_dir_all(&dir).ok();
     }
 
-    /// Runs far apart are read separately, and no read spans more than
+    /// Where the file is not mapped, runs far apart are read separately, and no read spans more than
     /// `READ_SPAN_BYTES`: every block still comes back whole and in place.
     #[test]
     fn reads_split_at_wide_gaps_and_long_spans() {
@@ -410,7 +512,7 @@ mod tests {
         let d = dir.join("wide.npy");
         npy::write_array(&d, &[4, 36_000], &dense).unwrap();
         let (whole, _, _) = npy::read_relation::<f64>(&d, &kb, &ab, &pool).unwrap();
-        let f = NpyRelationFile::open(&d, &kb, &ab).unwrap();
+        let f = NpyRelationFile::open(&d, &kb, &ab).unwrap().unmapped();
         let wanted: Vec<(usize, Key)> = all_keys(&kb).into_iter().enumerate().filter(|(i, _)| i % 3 != 1).collect();
         for ((i, k), (gk, gb)) in wanted.iter().zip(&f.read_keys(&wanted, &pool).unwrap()) {
             assert_eq!(k, gk);

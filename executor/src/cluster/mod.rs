@@ -32,6 +32,7 @@ pub mod dataflow;
 pub mod heartbeat;
 pub mod input;
 pub mod job;
+mod mapped;
 pub mod ops;
 pub mod output;
 pub mod supervise;

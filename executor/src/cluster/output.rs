@@ -7,15 +7,14 @@
 //! process 0 writes the header, so keys without a tuple read as zeros.
 //!
 //! A dense output whose file could be preallocated is written through a
-//! shared memory map of the file: a block of a dense tensor is one short run
-//! per row (1 KiB for 256 `f32` columns), and a positioned write per run cost
-//! about 3 µs each on ext4, 13 times the time of writing the same bytes as one
-//! run (a 4096² `f32` output in 256² blocks: 190–250 ms written run by run,
-//! 50–90 ms copied into the map). Where the file system cannot preallocate
-//! (some network file systems) runs are written one by one as before, so a
-//! full disk is an error and never a fault on a mapped page.
+//! shared map of the file ([`super::mapped`]): a 4096² `f32` output in 256²
+//! blocks took 190–250 ms written run by run, 50–90 ms copied into the map.
+//! Where the file system cannot preallocate (some network file systems) runs
+//! are written one by one, so a full disk is an error and never a fault on a
+//! mapped page.
 
 use super::input::dense_runs;
+use super::mapped::FileMap;
 use super::wire::elem_bytes;
 use crate::npy::{self, Layout};
 use crate::threads::{Block, Elem};
@@ -48,62 +47,7 @@ pub struct OutWriter {
     esize: u64,
     /// The whole file mapped shared, for a dense output whose space is
     /// reserved.
-    map: Option<Mapping>,
-}
-
-/// A file mapped `MAP_SHARED` for writing, unmapped when dropped.
-struct Mapping {
-    ptr: *mut u8,
-    len: usize,
-}
-
-// SAFETY: the mapping is plain memory shared with the file; writers copy
-// disjoint runs into it (every key of an output is written once, by one
-// site), and the pointer is only unmapped on drop, when no writer is left.
-unsafe impl Send for Mapping {}
-// SAFETY: as above; `write` takes `&self` and touches only its own tuple's runs.
-unsafe impl Sync for Mapping {}
-
-impl Mapping {
-    /// Map `len` bytes of `file` (already of at least that length) for
-    /// writing; `None` when the map cannot be made (the caller writes runs one
-    /// by one instead).
-    fn new(file: &File, len: u64) -> Option<Mapping> {
-        use std::os::fd::AsRawFd;
-        let len = usize::try_from(len).ok().filter(|&l| l > 0)?;
-        // SAFETY: a fresh shared mapping of a file this `File` owns; the
-        // kernel picks the address; the result is checked for MAP_FAILED.
-        let ptr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                file.as_raw_fd(),
-                0,
-            )
-        };
-        (ptr != libc::MAP_FAILED).then(|| Mapping { ptr: ptr.cast(), len })
-    }
-
-    /// Copy `bytes` to offset `pos` of the file.
-    fn write_at(&self, bytes: &[u8], pos: u64) -> Result<(), String> {
-        let end = pos.checked_add(bytes.len() as u64).filter(|&e| e <= self.len as u64);
-        if end.is_none() {
-            return Err(format!("{} bytes at {pos} fall outside the {}-byte file", bytes.len(), self.len));
-        }
-        // SAFETY: `pos + bytes.len() <= len` (checked above), so the run lies
-        // inside the mapping; `bytes` is ordinary memory, not the mapping.
-        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.ptr.add(pos as usize), bytes.len()) };
-        Ok(())
-    }
-}
-
-impl Drop for Mapping {
-    fn drop(&mut self) {
-        // SAFETY: `ptr`/`len` are the mapping `new` made, unmapped only here.
-        unsafe { libc::munmap(self.ptr.cast(), self.len) };
-    }
+    map: Option<FileMap>,
 }
 
 impl OutputFile {
@@ -135,7 +79,7 @@ impl OutputFile {
         file.set_len(total).map_err(|e| format!("{}: cannot size: {e}", self.path.display()))?;
         let reserved =
             reserve(&file, total).map_err(|e| format!("{}: cannot reserve {total} bytes: {e}", self.path.display()))?;
-        let map = (reserved && self.layout == Layout::Dense).then(|| Mapping::new(&file, total)).flatten();
+        let map = (reserved && self.layout == Layout::Dense).then(|| FileMap::new(&file, total, true)).flatten();
         if header {
             file.write_all_at(&head, 0).map_err(|e| format!("{}: cannot write: {e}", self.path.display()))?;
         }
