@@ -476,7 +476,13 @@ pub struct Failure {
 /// Describe how job process `i` ended without answering.
 pub fn classify(i: usize, status: ExitStatus) -> Failure {
     let (message, rank) = if let Some(sig) = status.signal() {
-        (format!("worker {i} died (signal {sig}) — job failed"), 0)
+        let why = match sig {
+            // Inputs and dense outputs are mapped (see `mapped`); their
+            // lengths are checked first, so this is a file cut short meanwhile.
+            libc::SIGBUS => " (SIGBUS: a file the job maps was cut short by another program while it ran)",
+            _ => "",
+        };
+        (format!("worker {i} died (signal {sig}){why} — job failed"), 0)
     } else {
         match status.code() {
             Some(exit::LOST_PEER) => (format!("worker {i} lost its connection to another worker — job failed"), 4),
@@ -637,4 +643,26 @@ pub fn run_local(
         remove_partial_outputs(spec, token);
     }
     outcome
+}
+
+#[cfg(test)]
+mod tests {
+    use super::classify;
+    use std::os::unix::process::ExitStatusExt;
+    use std::process::ExitStatus;
+
+    /// A job process killed by a signal is the likeliest root cause; SIGBUS
+    /// (a mapped file cut short) is said in words, SIGKILL by its number.
+    #[test]
+    fn a_death_by_signal_says_which() {
+        let bus = classify(1, ExitStatus::from_raw(libc::SIGBUS));
+        assert_eq!(bus.rank, 0);
+        assert!(
+            bus.message.starts_with("worker 1 died (signal 7) (SIGBUS: a file the job maps was cut short"),
+            "{}",
+            bus.message
+        );
+        let kill = classify(2, ExitStatus::from_raw(libc::SIGKILL));
+        assert_eq!(kill.message, "worker 2 died (signal 9) — job failed");
+    }
 }
