@@ -433,7 +433,7 @@ pub fn run_process<T: Elem>(
     // The GEMM asked for, or the error that it is missing, before connecting.
     crate::threads::kernels::gemm_backend().map_err(InterpError::from)?;
     let sites = processes * workers;
-    let prep = prepare(plan, cfg.fuse)?;
+    let prep = prepare(plan, cfg.fuse, sites)?;
     // Inputs: present, and well-formed before anything starts.
     for (name, decl) in &plan.inputs {
         let data = inputs.get(name).ok_or_else(|| InterpError::MissingInput(name.clone()))?;
@@ -638,7 +638,7 @@ fn build<'s, T: Elem>(
         });
         streams.insert(name, s);
     }
-    for i in 0..p.prep.steps.len() {
+    for &i in &p.prep.build_order {
         let step = &p.prep.steps[i];
         if step.skip.is_some() {
             continue;
