@@ -7,7 +7,7 @@
 //! (round-robin by position in key order, seeded, or one site). Each worker
 //! reads from the file only the blocks of its own site: a relation-layout
 //! file block by block with positioned reads, a dense file row run by row run
-//! from a map of the file ([`super::mapped`]), or with positioned reads of
+//! from a map of the file (module `mapped`), or with positioned reads of
 //! nearby runs together where the file cannot be mapped. The file must hold
 //! every key below the input's key bounds (both `.npy` layouts do), and the
 //! bytes its header announces (checked when it is opened).

@@ -7,7 +7,7 @@
 //! process 0 writes the header, so keys without a tuple read as zeros.
 //!
 //! A dense output whose file could be preallocated is written through a
-//! shared map of the file ([`super::mapped`]): a 4096² `f32` output in 256²
+//! shared map of the file (module `mapped`): a 4096² `f32` output in 256²
 //! blocks took 190–250 ms written run by run, 50–90 ms copied into the map.
 //! Where the file system cannot preallocate (some network file systems) runs
 //! are written one by one, so a full disk is an error and never a fault on a
