@@ -309,6 +309,13 @@ fn open(path: &Path) -> Result<(BufReader<File>, NpyHeader), NpyError> {
     };
     let mut r = BufReader::with_capacity(1 << 20, f);
     let (h, header_len) = read_header_counted(&mut r, path)?;
+    check_data_length(path, &h, header_len, size)?;
+    Ok((r, h))
+}
+
+/// Check that a file of `size` bytes whose header (`header_len` bytes long)
+/// is `h` holds the data the header announces; the number of data bytes.
+pub fn check_data_length(path: &Path, h: &NpyHeader, header_len: u64, size: u64) -> Result<u64, NpyError> {
     let need = h
         .data_bytes()
         .ok_or_else(|| err(path, format!("the header's shape {:?} has more than 2^64 bytes of data", h.shape)))?;
@@ -324,7 +331,7 @@ fn open(path: &Path) -> Result<(BufReader<File>, NpyHeader), NpyError> {
             ),
         ));
     }
-    Ok((r, h))
+    Ok(need)
 }
 
 /// The header of a `.npy` file (checked against the file's size).

@@ -72,19 +72,7 @@ impl NpyRelationFile {
         let data_offset = r.stream_position().map_err(|e| format!("{}: {e}", path.display()))?;
         let file = r.into_inner();
         let size = file.metadata().map_err(|e| format!("{}: cannot open: {e}", path.display()))?.len();
-        let need = header.data_bytes().ok_or_else(|| {
-            format!("{}: the header's shape {:?} has more than 2^64 bytes", path.display(), header.shape)
-        })?;
-        let have = size.saturating_sub(data_offset);
-        if have < need {
-            return Err(format!(
-                "{}: the data is shorter than the header says: shape {:?} of {} needs {need} bytes, the file holds \
-                 only {have} bytes after its header (truncated, or not what it claims)",
-                path.display(),
-                header.shape,
-                header.dtype.numpy_name()
-            ));
-        }
+        let need = npy::check_data_length(path, &header, data_offset, size).map_err(|e| e.to_string())?;
         if header.dtype.float.is_none() {
             return Err(format!(
                 "{}: holds {} values (dtype {:?}); tra reads float32 or float64",
