@@ -846,7 +846,7 @@ mod tests {
         assert_eq!(pick(&c, &[0, 2, 3, 4], CostModel::Time), 2);
         // Alone within 5% of itself: the fastest, whatever the others' memory.
         assert_eq!(pick(&c, &[0, 3], CostModel::Time), 0);
-        // Equal figures: the first given.
+        // Equal predicted times, given in either order: the one that moves less memory.
         assert_eq!(pick(&c, &[4, 0], CostModel::Time), 0);
         // The same bytes through memory: the fewest operators, even a hair slower.
         let d = [with_operators(0.2844356062003424, 0, 0, 4), with_operators(0.2844356062003425, 0, 0, 2)];
