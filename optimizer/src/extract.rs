@@ -22,9 +22,11 @@
 //! kernels move the fewest bytes: `optimize::TIME_RESOLUTION`); a
 //! plan outside the candidates can be faster only if (a) it reads a costlier
 //! physical source of an exchange that pays off later (an exchange is
-//! charged the cheapest source the e-graph holds), or (b) greedy DAG
+//! charged the cheapest source the e-graph holds), (b) greedy DAG
 //! extraction misses it for the same reason it can miss the additive
-//! optimum (shared sub-plans chosen class by class).
+//! optimum (shared sub-plans chosen class by class), or (c) its stages
+//! overlap more than the candidates' do (the exact model runs stages that
+//! do not wait for each other at the same time; the stage times add them).
 
 use crate::cost::{node_cost, Cost, Weights};
 use crate::egraph::{ExtractedPlan, Ia, TraEGraph};

@@ -23,7 +23,9 @@
 //! streamed plan too low; it is still a candidate, as the best plan of its
 //! join strategy, and the exact re-scoring prices its overlap. The same
 //! holds for exchanges of inputs, which the exact model prices together as
-//! one stage and these costs one by one (an upper bound again).
+//! one stage and these costs one by one, and for stages that do not wait
+//! for each other, which the exact model overlaps and these costs add (an
+//! upper bound again).
 
 use crate::cost::{node_cost, Cost, Weights};
 use crate::egraph::nodes::{ia_op, leaf};

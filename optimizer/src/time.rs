@@ -2,12 +2,12 @@
 //! a [`Profile`], from the exact per-site loads of [`crate::loads`].
 //!
 //! **Stages.** Every operator of a plan is one stage, except the operators
-//! of a streamed pipeline (below), which together are one. The runtimes run
-//! a plan's stages one after another on every site (the thread runtime puts
-//! a barrier between steps; the cluster runtime's local operators wait for
-//! their whole input), so a plan's time is the sum of its stages' times: the
-//! critical path of a DAG whose stages all share the same sites is the whole
-//! sequence. Within a stage the sites work in
+//! of a streamed pipeline and the exchanges of inputs (below), which
+//! together are one each. A stage waits for the stages that make its
+//! operands (the cluster runtime's local operators wait for their whole
+//! input); stages that do not wait for each other run at the same time
+//! (timely schedules every operator that has input, and exchanges move bytes
+//! while local operators compute). Within a stage the sites work in
 //! parallel, so the busiest site bounds it:
 //!
 //! - an exchange (`shuffle`, `broadcast`) takes `latency + max over sites of
@@ -70,11 +70,35 @@
 //! moves the most at its busiest site. Summing them as stages in turn would
 //! charge a latency per exchange and add the busiest site of each even where
 //! different sites are busy in each (a broadcast from one site beside a
-//! shuffle to another). Every other operator is a stage of its own and
-//! stages are sequential. The thread runtime streams nothing (its site threads step in
-//! lockstep), so for it the model is optimistic on streamed pipelines; its
-//! exchanges are memory copies, not links, and the profile is the cluster's.
-//! Why: measured on two processes over loopback, the shuffle of a streamed
+//! shuffle to another). Every other operator is a stage of its own.
+//!
+//! **Stages that do not wait for each other overlap.** A plan takes the
+//! longest of:
+//! - its **critical path**: the longest chain of stages each waiting for the
+//!   one before, each stage taking its own time (below);
+//! - its **busiest resource**: per site, the seconds its incoming link, its
+//!   outgoing link and its processors are busy, summed over every stage (a
+//!   local stage's roofline time is processor time, and so is moving an
+//!   exchange's bytes); the most of these over sites and resources. Two
+//!   branches that run at the same time still share a site's link and
+//!   cores;
+//! - its **fixed exchange times**: the latencies of all its stages summed.
+//!   They do not overlap: measured on two processes over loopback (7 ms of
+//!   latency), `diag(X+Y)` with two concurrent shuffles of filtered inputs
+//!   took 13.2 ms where one broadcast took 12.1 ms; overlapping the
+//!   shuffles' latencies predicted 10.3 ms and ranked it first.
+//!
+//! A plan whose stages form one chain takes the sum of its stages' times,
+//! and no plan takes more. Why: on 3 sites over 300 Mbit/s links, the
+//! chosen plans of a 3-matmul chain and of an FFNN step, which exchange
+//! intermediates, were predicted at 1.19–1.38× their time with stages in
+//! turn (the exchange of one branch runs while another computes);
+//! overlapped, at 0.89–1.16×; `diag(X+Y)`'s two shuffles of filtered inputs
+//! were predicted at 0.186 s against 0.111 s measured, now 0.112 s. The thread runtime streams nothing (its site threads step
+//! in lockstep, a barrier between steps), so for it the model is optimistic;
+//! its exchanges are memory copies, not links, and the profile is the
+//! cluster's. Why streamed pipelines: measured on two processes over
+//! loopback, the shuffle of a streamed
 //! matmul's partial sums spent almost none of its wire time on its own, and
 //! pricing it and the operand shuffles after the GEMMs ranked an unfused
 //! plan ahead of a faster streamed one.
@@ -431,10 +455,77 @@ fn concurrent_exchanges(exchanges: &[(&String, &OpLoads)], p: &Profile) -> Optio
     Some(((*name).clone(), (t, site, resource)))
 }
 
+/// How long a site's resources are busy in one stage, in seconds: its
+/// incoming link, its outgoing link and its processors (kernels, memory
+/// traffic and the moving of exchanged bytes, which the same cores do).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+struct Busy {
+    link_in: f64,
+    link_out: f64,
+    processors: f64,
+}
+
+impl std::ops::AddAssign for Busy {
+    fn add_assign(&mut self, o: Busy) {
+        self.link_in += o.link_in;
+        self.link_out += o.link_out;
+        self.processors += o.processors;
+    }
+}
+
+/// A site's [`Busy`] in an exchange stage (`exchange`) or a local one.
+fn busy(exchange: bool, l: &SiteLoad, p: &Profile) -> Busy {
+    if exchange {
+        Busy {
+            link_in: l.bytes_in as f64 / p.link_bytes_per_second,
+            link_out: l.bytes_out as f64 / p.link_bytes_per_second,
+            processors: p.exchange_cpu_seconds(l),
+        }
+    } else {
+        Busy {
+            processors: (l.flops as f64 / p.site_flops_per_second)
+                .max(l.memory_bytes as f64 / p.memory_bytes_per_second),
+            ..Busy::default()
+        }
+    }
+}
+
+/// Every site's [`Busy`] in a streamed pipeline: its link carries the
+/// operand and output exchanges, its processors run the GEMMs and move
+/// those bytes.
+fn pipeline_busy(pipeline: &Pipeline, loads: &IndexMap<String, Arc<OpLoads>>, p: &Profile) -> Vec<Busy> {
+    let sites = loads.values().map(|l| l.len()).max().unwrap_or(0);
+    let mut out = vec![Busy::default(); sites];
+    let members = pipeline.operand_exchanges.iter().map(|n| (n, true)).chain(
+        [(&pipeline.join, false), (&pipeline.aggregate, false)]
+            .into_iter()
+            .chain(pipeline.output_exchanges.iter().map(|n| (n, true))),
+    );
+    for (name, exchange) in members {
+        for (b, l) in out.iter_mut().zip(loads.get(name).map(|l| l.as_slice()).unwrap_or(&[])) {
+            *b += busy(exchange, l, p);
+        }
+    }
+    out
+}
+
+/// A stage of a plan: its name, its predicted time, every site's [`Busy`],
+/// and the plan operators it holds.
+struct Stage<'a> {
+    name: String,
+    time: (f64, usize, Resource),
+    busy: Vec<Busy>,
+    members: Vec<&'a str>,
+    /// The fixed time of its exchanges ([`Profile::latency_seconds`] per
+    /// level of exchange).
+    latency: f64,
+}
+
 /// A plan's predicted seconds and its bottleneck, from the loads of its
-/// operators: the sum of its stages, each streamed pipeline one stage (see
-/// the module docs). A plan without operators takes no time and has no
-/// bottleneck.
+/// operators (see the module docs): the longest of the stages' critical
+/// path, the busiest site's most loaded resource over all stages and their
+/// latencies summed; the bottleneck is the longest stage. A plan without
+/// operators takes no time and has no bottleneck.
 pub fn plan_seconds(plan: &Plan, loads: &IndexMap<String, Arc<OpLoads>>, p: &Profile) -> (f64, Option<Bottleneck>) {
     let pipelines = streamed_pipelines(plan);
     let member: HashSet<&str> = pipelines
@@ -442,38 +533,118 @@ pub fn plan_seconds(plan: &Plan, loads: &IndexMap<String, Arc<OpLoads>>, p: &Pro
         .flat_map(|pl| pl.operand_exchanges.iter().chain(&pl.output_exchanges).chain([&pl.join, &pl.aggregate]))
         .map(String::as_str)
         .collect();
-    let mut stages: Vec<(String, (f64, usize, Resource))> = Vec::new();
+    let per_site = |exchange: bool, l: &OpLoads| l.iter().map(|x| busy(exchange, x, p)).collect::<Vec<_>>();
+    let mut stages: Vec<Stage> = Vec::new();
     // Exchanges of the plan's inputs (outside pipelines): one stage together.
     let mut of_inputs: Vec<(&String, &OpLoads)> = Vec::new();
     for (name, l) in loads {
         if member.contains(name.as_str()) {
             continue;
         }
-        match plan.nodes.get(name) {
+        let exchange = match plan.nodes.get(name) {
             Some(IaOp::Shuffle { input, .. } | IaOp::Broadcast { input }) if plan.inputs.contains_key(input) => {
                 of_inputs.push((name, l));
+                continue;
             }
-            Some(IaOp::Shuffle { .. } | IaOp::Broadcast { .. }) => {
-                stages.push((name.clone(), stage_seconds(true, l, p)))
-            }
-            _ => stages.push((name.clone(), stage_seconds(false, l, p))),
-        }
+            Some(IaOp::Shuffle { .. } | IaOp::Broadcast { .. }) => true,
+            _ => false,
+        };
+        stages.push(Stage {
+            name: name.clone(),
+            time: stage_seconds(exchange, l, p),
+            busy: per_site(exchange, l),
+            members: vec![name.as_str()],
+            latency: if exchange { p.latency_seconds } else { 0.0 },
+        });
     }
-    if let Some(stage) = concurrent_exchanges(&of_inputs, p) {
-        stages.push(stage);
+    if let Some((name, time)) = concurrent_exchanges(&of_inputs, p) {
+        let sites = of_inputs.iter().map(|(_, l)| l.len()).max().unwrap_or(0);
+        let mut total = vec![Busy::default(); sites];
+        for (_, l) in &of_inputs {
+            for (b, x) in total.iter_mut().zip(l.iter()) {
+                *b += busy(true, x, p);
+            }
+        }
+        let members = of_inputs.iter().map(|(n, _)| n.as_str()).collect();
+        stages.push(Stage { name, time, busy: total, members, latency: p.latency_seconds });
     }
     for pl in &pipelines {
-        stages.push((pl.aggregate.clone(), pipeline_seconds(pl, loads, p)));
+        let members = pl.operand_exchanges.iter().chain(&pl.output_exchanges).chain([&pl.join, &pl.aggregate]);
+        stages.push(Stage {
+            name: pl.aggregate.clone(),
+            time: pipeline_seconds(pl, loads, p),
+            busy: pipeline_busy(pl, loads, p),
+            members: members.map(String::as_str).collect(),
+            latency: [!pl.operand_exchanges.is_empty(), !pl.output_exchanges.is_empty()].iter().filter(|&&l| l).count()
+                as f64
+                * p.latency_seconds,
+        });
     }
-    let mut total = 0.0;
-    let mut worst: Option<Bottleneck> = None;
-    for (node, (t, site, resource)) in stages {
-        total += t;
-        if worst.as_ref().is_none_or(|w| t > w.seconds) {
-            worst = Some(Bottleneck { node, site, resource, seconds: t });
+    let total = overlapped_seconds(plan, &stages);
+    let worst = stages
+        .iter()
+        .fold(None::<&Stage>, |w, s| if w.is_none_or(|w| s.time.0 > w.time.0) { Some(s) } else { w })
+        .map(|s| Bottleneck { node: s.name.clone(), site: s.time.1, resource: s.time.2, seconds: s.time.0 });
+    (total, worst)
+}
+
+/// The time of a plan's stages where those that do not wait for each other
+/// run at the same time (see the module docs): the longest of the longest
+/// chain of stages each waiting for the one before, the most any site's
+/// resource is busy over all stages, and the stages' latencies summed.
+/// Never more than the stages' sum.
+fn overlapped_seconds(plan: &Plan, stages: &[Stage]) -> f64 {
+    let owner: HashMap<&str, usize> =
+        stages.iter().enumerate().flat_map(|(i, s)| s.members.iter().map(move |&m| (m, i))).collect();
+    // The stages each stage's results go to, and how many it waits for.
+    let mut feeds: Vec<Vec<usize>> = vec![Vec::new(); stages.len()];
+    let mut waiting = vec![0usize; stages.len()];
+    for (i, s) in stages.iter().enumerate() {
+        let mut deps: Vec<usize> = s
+            .members
+            .iter()
+            .filter_map(|m| plan.nodes.get(*m))
+            .flat_map(|op| op.operands())
+            .filter_map(|o| owner.get(o).copied())
+            .filter(|&d| d != i)
+            .collect();
+        deps.sort_unstable();
+        deps.dedup();
+        waiting[i] = deps.len();
+        for d in deps {
+            feeds[d].push(i);
         }
     }
-    (total, worst)
+    // Longest path ending at each stage, in an order where a stage comes
+    // after those it waits for (a plan has no cycle; a stage on one would
+    // never be ready and adds nothing).
+    let mut start = vec![0.0f64; stages.len()];
+    let mut ready: Vec<usize> = (0..stages.len()).filter(|&i| waiting[i] == 0).collect();
+    let mut critical_path = 0.0f64;
+    while let Some(i) = ready.pop() {
+        let end = start[i] + stages[i].time.0;
+        critical_path = critical_path.max(end);
+        for &j in &feeds[i] {
+            start[j] = start[j].max(end);
+            waiting[j] -= 1;
+            if waiting[j] == 0 {
+                ready.push(j);
+            }
+        }
+    }
+    let sites = stages.iter().map(|s| s.busy.len()).max().unwrap_or(0);
+    let mut most_busy = 0.0f64;
+    for site in 0..sites {
+        let mut b = Busy::default();
+        for s in stages {
+            if let Some(x) = s.busy.get(site) {
+                b += *x;
+            }
+        }
+        most_busy = most_busy.max(b.link_in).max(b.link_out).max(b.processors);
+    }
+    let latencies: f64 = stages.iter().map(|s| s.latency).sum();
+    critical_path.max(most_busy).max(latencies)
 }
 
 #[cfg(test)]
@@ -576,7 +747,7 @@ mod tests {
     }
 
     #[test]
-    fn a_plan_is_the_sum_of_its_stages_and_names_the_longest() {
+    fn a_plan_whose_stages_form_one_chain_takes_their_sum_and_names_the_longest() {
         let nodes = r#""s": {"op": "shuffle", "input": "X", "dims": [1]},
             "j": {"op": "local_join", "left": "s", "right": "Y", "left_keys": [1], "right_keys": [0], "kernel": "matMul"}"#;
         let plan = plan(8, nodes, r#""j""#);
@@ -610,14 +781,73 @@ mod tests {
         assert_eq!(t, 3.0 + 0.5 + 1.0);
         let b = b.unwrap();
         assert_eq!((b.node.as_str(), b.site, b.resource, b.seconds), ("s", 0, Resource::LinkIn, 3.5));
-        // An exchange of an intermediate result waits for it: a stage of its own.
+        // An exchange of an intermediate result waits for it: a stage of its
+        // own, which runs beside the broadcast (neither waits for the other).
+        // Here they load different directions of each link: the broadcast's
+        // 2 s and the shuffle's 3 s overlap, then the join.
         let nodes = r#""b": {"op": "broadcast", "input": "X"},
             "m": {"op": "local_map", "input": "Y", "kernel": "relu"},
             "s": {"op": "shuffle", "input": "m", "dims": [1]},
             "j": {"op": "local_join", "left": "b", "right": "s", "left_keys": [1], "right_keys": [0], "kernel": "matMul"}"#;
         let apart = plan(8, nodes, r#""j""#);
         loads.insert("m".to_string(), Arc::new(vec![load(0, 0, 0), load(0, 0, 0)]));
-        assert_eq!(plan_seconds(&apart, &loads, &profile(0.0)).0, 2.0 + 3.0 + 1.0);
+        assert_eq!(plan_seconds(&apart, &loads, &profile(0.0)).0, 3.0 + 1.0);
+        // Their latencies do not overlap: 2 × 0.5 s at least, here below the
+        // critical path (m, s, j: 3.5 + 1 s).
+        assert_eq!(plan_seconds(&apart, &loads, &profile(0.5)).0, 3.5 + 1.0);
+    }
+
+    #[test]
+    fn stages_that_do_not_wait_for_each_other_overlap_but_share_each_sites_link_processors_and_latencies() {
+        // Two branches (relu of X, then its shuffle; relu of Y, then its
+        // shuffle) meet in a join. Critical path: a branch's relu and
+        // shuffle, then the join.
+        let nodes = r#""mx": {"op": "local_map", "input": "X", "kernel": "relu"},
+            "sx": {"op": "shuffle", "input": "mx", "dims": [1]},
+            "my": {"op": "local_map", "input": "Y", "kernel": "relu"},
+            "sy": {"op": "shuffle", "input": "my", "dims": [0]},
+            "j": {"op": "local_join", "left": "sx", "right": "sy", "left_keys": [1], "right_keys": [0], "kernel": "matMul"}"#;
+        let two = plan(8, nodes, r#""j""#);
+        let set = |loads: &mut IndexMap<String, Arc<OpLoads>>, n: &str, l: Vec<SiteLoad>| {
+            loads.insert(n.to_string(), Arc::new(l));
+        };
+        let mut loads = IndexMap::new();
+        set(&mut loads, "mx", vec![load(0, 0, 10), load(0, 0, 10)]);
+        set(&mut loads, "my", vec![load(0, 0, 20), load(0, 0, 0)]);
+        set(&mut loads, "j", vec![load(0, 0, 10), load(0, 0, 10)]);
+        // The shuffles load opposite directions: site 0 sends X's 300 bytes
+        // and receives Y's 200. Path: relu of Y (2 s), its shuffle (2 s), the
+        // join (1 s) = 5 s; in turn it would be 1 + 3 + 2 + 2 + 1 = 9 s.
+        set(&mut loads, "sx", vec![load(300, 0, 0), load(0, 300, 0)]);
+        set(&mut loads, "sy", vec![load(0, 200, 0), load(200, 0, 0)]);
+        assert_eq!(plan_seconds(&two, &loads, &profile(0.0)).0, 5.0);
+        // Both send from site 0 (and the join is free): the path is 4 s,
+        // but site 0's outgoing link carries 3 + 2 s of them.
+        set(&mut loads, "sy", vec![load(200, 0, 0), load(0, 200, 0)]);
+        set(&mut loads, "j", vec![load(0, 0, 0), load(0, 0, 0)]);
+        assert_eq!(plan_seconds(&two, &loads, &profile(0.0)).0, 3.0 + 2.0);
+        // Both relus on site 0 (5 s each): the path is 5 + 3 s, but site 0's
+        // processors run both, 10 s.
+        set(&mut loads, "mx", vec![load(0, 0, 50), load(0, 0, 0)]);
+        set(&mut loads, "my", vec![load(0, 0, 50), load(0, 0, 0)]);
+        assert_eq!(plan_seconds(&two, &loads, &profile(0.0)).0, 10.0);
+        // Latencies: the first loads again, at 10 s per exchange. The path
+        // holds one (1 + 3 + 10 + 1 s); the two shuffles' 20 s do not overlap.
+        set(&mut loads, "mx", vec![load(0, 0, 10), load(0, 0, 10)]);
+        set(&mut loads, "my", vec![load(0, 0, 20), load(0, 0, 0)]);
+        set(&mut loads, "sy", vec![load(0, 200, 0), load(200, 0, 0)]);
+        set(&mut loads, "j", vec![load(0, 0, 10), load(0, 0, 10)]);
+        assert_eq!(plan_seconds(&two, &loads, &profile(10.0)).0, 20.0);
+        assert_eq!(plan_seconds(&two, &loads, &profile(1.0)).0, 1.0 + 3.0 + 1.0 + 1.0);
+        // Never more than the stages in turn.
+        for latency in [0.0, 0.5, 10.0] {
+            let (t, _) = plan_seconds(&two, &loads, &profile(latency));
+            let in_turn: f64 = ["mx", "sx", "my", "sy", "j"]
+                .iter()
+                .map(|n| stage_seconds(n.starts_with('s'), &loads[*n], &profile(latency)).0)
+                .sum();
+            assert!(t <= in_turn, "{t} > {in_turn}");
+        }
     }
 
     #[test]
