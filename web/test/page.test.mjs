@@ -244,7 +244,11 @@ test("the page of tra serve", async (t) => {
     assert.equal(await page.evaluate(() => window.__tra.answer.stats.cost_model), "time");
     const after = await alternatives();
     const secs = await page.$$eval(".alt-card .alt-seconds", (xs) => xs.map((x) => Number(x.dataset.seconds)));
-    for (let i = 1; i < secs.length; i++) assert.ok(secs[i - 1] <= secs[i], `ranked by predicted seconds under time: ${secs}`);
+    // The chosen plan first: within the time model's resolution (5%) of the
+    // fastest (a close call goes to the plan moving fewer bytes through
+    // memory); then the others, fastest first.
+    assert.ok(secs[0] <= Math.min(...secs) * 1.05 * (1 + 1e-9), `the chosen plan is within 5% of the fastest: ${secs}`);
+    for (let i = 2; i < secs.length; i++) assert.ok(secs[i - 1] <= secs[i], `the others ranked by predicted seconds under time: ${secs}`);
     assert.notDeepEqual(after.map((a) => a.total), before.map((a) => a.total), "the costs are now seconds");
     assert.match(await page.$eval("#summary", (e) => e.textContent), /time model/);
     // back to the network model, by editing the program: the switch follows
