@@ -272,16 +272,17 @@ pub struct Bottleneck {
     pub seconds: f64,
 }
 
+/// A stage's predicted seconds, its busiest site and the resource that
+/// bounds that site.
+type StageTime = (f64, usize, Resource);
+
 /// The predicted time of one stage: seconds, busiest site, bounding resource.
 pub fn stage_seconds(exchange: bool, loads: &[SiteLoad], p: &Profile) -> (f64, usize, Resource) {
     let mut best = (0.0, 0, if exchange { Resource::LinkOut } else { Resource::Compute });
     for (site, l) in loads.iter().enumerate() {
         let candidates = if exchange {
-            [
-                (l.bytes_out as f64 / p.link_bytes_per_second, Resource::LinkOut),
-                (l.bytes_in as f64 / p.link_bytes_per_second, Resource::LinkIn),
-                (p.exchange_cpu_seconds(l), Resource::Compute),
-            ]
+            let b = busy(true, l, p);
+            [(b.link_out, Resource::LinkOut), (b.link_in, Resource::LinkIn), (b.processors, Resource::Compute)]
         } else {
             [
                 (l.flops as f64 / p.site_flops_per_second, Resource::Compute),
@@ -390,6 +391,17 @@ pub fn pipeline_seconds(
     loads: &IndexMap<String, Arc<OpLoads>>,
     p: &Profile,
 ) -> (f64, usize, Resource) {
+    pipeline_stage(pipeline, loads, p).0
+}
+
+/// A streamed pipeline's predicted time ([`pipeline_seconds`]) and every
+/// site's [`Busy`] in it: its link carries the operand and output
+/// exchanges, its processors run the GEMMs and move those bytes.
+fn pipeline_stage(
+    pipeline: &Pipeline,
+    loads: &IndexMap<String, Arc<OpLoads>>,
+    p: &Profile,
+) -> ((f64, usize, Resource), Vec<Busy>) {
     let sites = loads.values().map(|l| l.len()).max().unwrap_or(0);
     let sum = |names: &mut dyn Iterator<Item = &String>| -> Vec<SiteLoad> {
         let mut total = vec![SiteLoad::default(); sites];
@@ -407,6 +419,7 @@ pub fn pipeline_seconds(
     let computing = local.iter().filter(|l| l.flops > 0 || l.memory_bytes > 0).count().max(1) as u64;
     let g = pipeline.output_blocks.div_ceil(computing).max(1) as f64;
     let mut best = (0.0, 0, Resource::Compute);
+    let mut busy = Vec::with_capacity(sites);
     for site in 0..sites {
         let (o, l, x) = (operands[site], local[site], outputs[site]);
         let (cpu_a, cpu_c) = (p.exchange_cpu_seconds(&o), p.exchange_cpu_seconds(&x));
@@ -414,6 +427,11 @@ pub fn pipeline_seconds(
         let (b, _, compute) = stage_seconds(false, &[l], p);
         let c = link(x.bytes_in).max(link(x.bytes_out)).max(cpu_c);
         // The site's processors run the GEMMs and move the exchanges' bytes.
+        busy.push(Busy {
+            link_in: link(o.bytes_in + x.bytes_in),
+            link_out: link(o.bytes_out + x.bytes_out),
+            processors: b + cpu_a + cpu_c,
+        });
         let mut bound = (b + cpu_a + cpu_c, compute);
         for (t, r) in
             [(link(o.bytes_in + x.bytes_in), Resource::LinkIn), (link(o.bytes_out + x.bytes_out), Resource::LinkOut)]
@@ -430,14 +448,14 @@ pub fn pipeline_seconds(
     }
     let levels = [!pipeline.operand_exchanges.is_empty(), !pipeline.output_exchanges.is_empty()];
     best.0 += levels.iter().filter(|&&l| l).count() as f64 * p.latency_seconds;
-    best
+    (best, busy)
 }
 
 /// The stage of exchanges that run at the same time: every site's loads
 /// summed over them, one latency (they start together), named after the
-/// exchange that moves the most bytes at the busiest site. `None` for no
-/// exchange.
-fn concurrent_exchanges(exchanges: &[(&String, &OpLoads)], p: &Profile) -> Option<(String, (f64, usize, Resource))> {
+/// exchange that moves the most bytes at the busiest site, with every
+/// site's summed loads. `None` for no exchange.
+fn concurrent_exchanges(exchanges: &[(&String, &OpLoads)], p: &Profile) -> Option<(String, StageTime, Vec<SiteLoad>)> {
     let sites = exchanges.iter().map(|(_, l)| l.len()).max()?;
     let mut total = vec![SiteLoad::default(); sites];
     for (_, l) in exchanges {
@@ -452,7 +470,7 @@ fn concurrent_exchanges(exchanges: &[(&String, &OpLoads)], p: &Profile) -> Optio
         _ => l.bytes_in + l.bytes_out,
     };
     let (name, _) = exchanges.iter().max_by_key(|(_, l)| l.get(site).map_or(0, moved))?;
-    Some(((*name).clone(), (t, site, resource)))
+    Some(((*name).clone(), (t, site, resource), total))
 }
 
 /// How long a site's resources are busy in one stage, in seconds: its
@@ -488,25 +506,6 @@ fn busy(exchange: bool, l: &SiteLoad, p: &Profile) -> Busy {
             ..Busy::default()
         }
     }
-}
-
-/// Every site's [`Busy`] in a streamed pipeline: its link carries the
-/// operand and output exchanges, its processors run the GEMMs and move
-/// those bytes.
-fn pipeline_busy(pipeline: &Pipeline, loads: &IndexMap<String, Arc<OpLoads>>, p: &Profile) -> Vec<Busy> {
-    let sites = loads.values().map(|l| l.len()).max().unwrap_or(0);
-    let mut out = vec![Busy::default(); sites];
-    let members = pipeline.operand_exchanges.iter().map(|n| (n, true)).chain(
-        [(&pipeline.join, false), (&pipeline.aggregate, false)]
-            .into_iter()
-            .chain(pipeline.output_exchanges.iter().map(|n| (n, true))),
-    );
-    for (name, exchange) in members {
-        for (b, l) in out.iter_mut().zip(loads.get(name).map(|l| l.as_slice()).unwrap_or(&[])) {
-            *b += busy(exchange, l, p);
-        }
-    }
-    out
 }
 
 /// A stage of a plan: its name, its predicted time, every site's [`Busy`],
@@ -557,23 +556,17 @@ pub fn plan_seconds(plan: &Plan, loads: &IndexMap<String, Arc<OpLoads>>, p: &Pro
             latency: if exchange { p.latency_seconds } else { 0.0 },
         });
     }
-    if let Some((name, time)) = concurrent_exchanges(&of_inputs, p) {
-        let sites = of_inputs.iter().map(|(_, l)| l.len()).max().unwrap_or(0);
-        let mut total = vec![Busy::default(); sites];
-        for (_, l) in &of_inputs {
-            for (b, x) in total.iter_mut().zip(l.iter()) {
-                *b += busy(true, x, p);
-            }
-        }
+    if let Some((name, time, total)) = concurrent_exchanges(&of_inputs, p) {
         let members = of_inputs.iter().map(|(n, _)| n.as_str()).collect();
-        stages.push(Stage { name, time, busy: total, members, latency: p.latency_seconds });
+        stages.push(Stage { name, time, busy: per_site(true, &total), members, latency: p.latency_seconds });
     }
     for pl in &pipelines {
         let members = pl.operand_exchanges.iter().chain(&pl.output_exchanges).chain([&pl.join, &pl.aggregate]);
+        let (time, busy) = pipeline_stage(pl, loads, p);
         stages.push(Stage {
             name: pl.aggregate.clone(),
-            time: pipeline_seconds(pl, loads, p),
-            busy: pipeline_busy(pl, loads, p),
+            time,
+            busy,
             members: members.map(String::as_str).collect(),
             latency: [!pl.operand_exchanges.is_empty(), !pl.output_exchanges.is_empty()].iter().filter(|&&l| l).count()
                 as f64
