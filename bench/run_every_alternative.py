@@ -52,6 +52,9 @@ ap.add_argument("--json", default=None, help="also write the rows as JSON to thi
 ap.add_argument("--baseline-tra", default=None,
                 help="also rank the alternatives with this other tra binary's time model (rows `time-baseline`), "
                      "on the same measurements: a model change before and after")
+ap.add_argument("--baseline-profile", default=None,
+                help="the profile the baseline ranks with (default: --profile), e.g. the baseline binary's own "
+                     "`tra calibrate`, when the calibration changed too")
 args = ap.parse_args()
 b = args.block
 if args.hosts:
@@ -171,8 +174,9 @@ def run_shape(name, prog, d):
         models.append(("time-baseline", args.baseline_tra, "time"))
     for model, tra, cost_model in models:
         opt = [tra, "optimize", path, "--format", "json", "--cost-model", cost_model]
-        if args.profile:
-            opt += ["--profile", args.profile]
+        profile = args.baseline_profile if model == "time-baseline" and args.baseline_profile else args.profile
+        if profile:
+            opt += ["--profile", profile]
         answers[model] = json.loads(sh(opt))["alternatives"]
         for a in answers[model]:
             key = json.dumps(a["plan"], sort_keys=True)

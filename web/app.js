@@ -478,7 +478,8 @@ function renderSiteLoads(answer, cl) {
       <span class="load-figs muted small">${si(l.bytes_out)}B ↑ · ${si(l.bytes_in)}B ↓ · ${si(l.flops)} flops · ${si(l.memory_bytes)}B memory</span></div>`).join("") : "";
   const p = {...PROFILE_DEFAULTS, ...(cl.profile || {})};
   $("profileInUse").textContent = `profile${cl.profile ? "" : " (defaults)"}: link ${si(p.link_bytes_per_second)}B/s per site and direction · ${si(p.site_flops_per_second)} flop/s per site · memory ${si(p.memory_bytes_per_second)}B/s per site · latency ${secs(p.latency_seconds)} per exchange · ${p.bytes_per_float} bytes per float` +
-    (p.exchange_cpu_bytes_per_second ? ` · a site's processors exchange ${si(p.exchange_cpu_bytes_per_second)}B/s` : "");
+    (p.exchange_cpu_bytes_per_second ? ` · a site's processors exchange ${si(p.exchange_cpu_bytes_per_second)}B/s` : "") +
+    (p.job_overhead_seconds ? ` · ${secs(p.job_overhead_seconds)} per job` : "");
 }
 
 /** The large view of one alternative's DAG. */

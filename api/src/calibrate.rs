@@ -39,8 +39,16 @@
 //!   again. Over loopback it is the processors that move the bytes, and a
 //!   streamed matmul's GEMMs wait for them; over a network link slower than
 //!   that, the exchange runs beside the GEMMs.
-//! - **Latency**: that line's intercept (the fixed cost of an exchange of
-//!   blocks), or the wall time of a shuffle of one float per site if longer.
+//! - **Latency**: a chain of six shuffles of one float per site, each
+//!   waiting for the one before: the mean time of all but the first (the
+//!   first also waits for the job to start), or that line's intercept (the
+//!   fixed cost of a large exchange) if longer.
+//! - **Job overhead**: a plan of one local operator on one float per site,
+//!   its run less reading its inputs: what every job takes whatever it does
+//!   (starting the dataflow, the processes agreeing that each operator has
+//!   finished). On two processes over loopback about 8 ms, where an exchange
+//!   of ready operands adds about 0.1 ms; taking a single small shuffle's
+//!   time as the latency charged those 8 ms per level of exchange.
 //!
 //! The inputs are `.npy` files written into `--dir` (with `--hosts`, a
 //! directory every worker sees at the same path, inside their `--data-dir`;
@@ -102,9 +110,18 @@ pub struct Calibration {
     /// Per-site memory rates of the best run (a `matAdd` aggregation), bytes
     /// per second.
     pub memory_bytes_per_second: Vec<f64>,
+    /// The latency of a small exchange of ready operands (the chain of
+    /// shuffles), seconds.
+    pub exchange_latency_seconds: f64,
+    /// The fixed cost of a large exchange (the intercept of the shuffles'
+    /// time against their bytes), seconds.
+    pub exchange_intercept_seconds: f64,
     /// Seconds the whole calibration took.
     pub seconds: f64,
 }
+
+/// Shuffles in the chain that measures an exchange's latency.
+const LATENCY_CHAIN: usize = 6;
 
 fn plan(json: serde_json::Value) -> Result<Plan, String> {
     Plan::from_json(&json.to_string()).map_err(|e| format!("internal error: calibration plan: {e}"))
@@ -374,20 +391,53 @@ pub fn calibrate(args: &CalibrateArgs) -> Result<Calibration, String> {
         _ => (0.0, 0.0),
     };
 
-    // Latency of one exchange.
-    let tiny = plan(serde_json::json!({
-        "inputs": {"X": {"key_bounds": [n], "array_bounds": [1]}},
-        "nodes": {"S": {"op": "shuffle", "input": "X", "dims": [0]}},
+    // The fixed time of a job, whatever its plan does: a plan of one local
+    // operator on one float per site, its run less its reading of the
+    // inputs. Measured on two processes over loopback it is 8–30 ms (the
+    // processes agreeing that each operator has finished), where an exchange
+    // of ready operands adds under 1 ms.
+    let local = plan(serde_json::json!({
+        "inputs": {"X": {"key_bounds": [n], "array_bounds": [1], "placement": {"hash": [0]}}},
+        "nodes": {"S": {"op": "local_aggregate", "input": "X", "group_by": [0], "kernel": "matAdd"}},
         "outputs": ["S"]}))?;
-    let spec = runner.job(&tiny)?;
-    let mut latency = f64::INFINITY;
+    let spec = runner.job(&local)?;
+    let mut job_overhead = f64::INFINITY;
     for _ in 0..reps.max(3) {
         let r = runner.run(&spec)?;
-        if let Some(ms) = node(&r, "S")?["wall_ms"].as_f64() {
-            latency = latency.min(ms / 1000.0);
+        job_overhead = job_overhead.min((r.run_ms - r.load_ms).max(0.0) / 1000.0);
+    }
+
+    // Latency of one exchange: a chain of shuffles of one float per site,
+    // each waiting for the one before (alternate key dims, so every one
+    // moves). The first also waits for the job's start, which the overhead
+    // above counts; each later one takes an exchange's own fixed time. The
+    // mean of the later ones, in the least disturbed run.
+    let mut chain = serde_json::Map::new();
+    let mut prev = "X".to_string();
+    for i in 0..LATENCY_CHAIN {
+        let name = format!("S{i}");
+        chain.insert(name.clone(), serde_json::json!({"op": "shuffle", "input": prev, "dims": [(i + 1) % 2]}));
+        prev = name;
+    }
+    let chain = plan(serde_json::json!({
+        "inputs": {"X": {"key_bounds": [2 * n, 2 * n], "array_bounds": [1], "placement": {"hash": [0]}}},
+        "nodes": chain,
+        "outputs": [prev]}))?;
+    let spec = runner.job(&chain)?;
+    let mut exchange_latency = f64::INFINITY;
+    for _ in 0..reps.max(3) {
+        let r = runner.run(&spec)?;
+        let mut walls = Vec::with_capacity(LATENCY_CHAIN - 1);
+        for i in 1..LATENCY_CHAIN {
+            walls.extend(node(&r, &format!("S{i}"))?["wall_ms"].as_f64());
+        }
+        if walls.len() == LATENCY_CHAIN - 1 {
+            exchange_latency = exchange_latency.min(walls.iter().sum::<f64>() / walls.len() as f64 / 1000.0);
         }
     }
-    let latency = latency.max(intercept);
+    // A large exchange's fixed cost (the line's intercept: starting it, the
+    // last block's round trip) when it is more than a small one's.
+    let latency = exchange_latency.max(intercept);
 
     let defaults = Profile::default();
     let profile = Profile {
@@ -395,6 +445,7 @@ pub fn calibrate(args: &CalibrateArgs) -> Result<Calibration, String> {
         site_flops_per_second: if site_flops > 0.0 { site_flops } else { defaults.site_flops_per_second },
         memory_bytes_per_second: if memory > 0.0 { memory } else { defaults.memory_bytes_per_second },
         latency_seconds: if latency.is_finite() { latency } else { defaults.latency_seconds },
+        job_overhead_seconds: job_overhead.is_finite().then_some(job_overhead),
         bytes_per_float: 4,
         exchange_cpu_bytes_per_second: exchange_cpu,
     };
@@ -403,6 +454,8 @@ pub fn calibrate(args: &CalibrateArgs) -> Result<Calibration, String> {
         site_flops_per_second: best_rates,
         gemm: gemm_backend,
         memory_bytes_per_second: memory_rates,
+        exchange_latency_seconds: exchange_latency,
+        exchange_intercept_seconds: intercept,
         seconds: start.elapsed().as_secs_f64(),
     })
 }

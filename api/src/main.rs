@@ -238,8 +238,13 @@ fn run(cli: Cli) -> Result<(), String> {
             eprintln!("GEMM: {}", c.gemm);
             if verbose {
                 eprintln!(
-                    "per-site GEMM flops/s: {:?}; per-site memory bytes/s: {:?}; calibration took {:.1} s",
-                    c.site_flops_per_second, c.memory_bytes_per_second, c.seconds
+                    "per-site GEMM flops/s: {:?}; per-site memory bytes/s: {:?}; a small exchange's latency {:.2} ms, \
+                     a large one's intercept {:.2} ms; calibration took {:.1} s",
+                    c.site_flops_per_second,
+                    c.memory_bytes_per_second,
+                    c.exchange_latency_seconds * 1e3,
+                    c.exchange_intercept_seconds * 1e3,
+                    c.seconds
                 );
             }
             println!("{}", serde_json::to_string_pretty(&c.profile).expect("JSON"));

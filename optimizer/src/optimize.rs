@@ -493,9 +493,13 @@ fn attempt(
     // Under `time`, extraction runs under several additive weightings (see
     // `candidate_weights`) and every distinct plan it gives is scored exactly.
     let mut cost_sets: Vec<NodeCosts> = Vec::new();
+    let mut stage = None;
     if cluster.cost_model == CostModel::Time {
         match crate::stage_cost::stage_costs(&eg, &cluster.profile()) {
-            Some(c) => cost_sets.push(c),
+            Some(c) => {
+                cost_sets.push(c.in_turn());
+                stage = Some(c);
+            }
             None => {
                 return Err(AttemptError::Error(OptimizeError::Limit(format!(
                     "{} during extraction",
@@ -525,14 +529,21 @@ fn attempt(
                     None => true,
                 }
             };
-            let choice = choose_among(&eg, costs, &allow);
+            let mut choices = vec![choose_among(&eg, costs, &allow)];
+            // Under the stages in turn, once more with each exchange charged
+            // from the source the first extraction chose for its operand.
+            if let (0, Some(stage)) = (wi, &stage) {
+                let again = choose_among(&eg, &stage.following(&choices[0]), &allow);
+                choices.push(again);
+            }
             if crate::deadline::expired() {
                 return Err(AttemptError::Error(OptimizeError::Limit(format!(
                     "{} during extraction",
                     crate::deadline::reason()
                 ))));
             }
-            let extracted = match choice.plan(&eg, &roots) {
+            for choice in choices {
+                let extracted = match choice.plan(&eg, &roots) {
                 Ok(x) => x,
                 Err(NoPlan { output }) if allowed.is_empty() && wi == 0 => {
                     return Err(AttemptError::Error(OptimizeError::Limit(format!(
@@ -541,22 +552,24 @@ fn attempt(
                 }
                 Err(_) => continue,
             };
-            let plan = extracted.to_plan(&p.inputs);
-            if seen.contains(&plan) {
-                continue;
+                let plan = extracted.to_plan(&p.inputs);
+                if seen.contains(&plan) {
+                    continue;
+                }
+                seen.push(plan.clone());
+                let strategy = strategy_of(&eg, &extracted);
+                let net = plan_cost(&eg, &extracted, w);
+                let (seconds, bottleneck, sites) =
+                    scorer.score(&plan).map_err(|e| AttemptError::Error(OptimizeError::Internal(e)))?;
+                let total = match cluster.cost_model {
+                    CostModel::Network => net.total,
+                    CostModel::Time => seconds,
+                };
+                let cost =
+                    PlanCost { network_floats: net.network_floats, flops: net.flops, total, seconds, bottleneck };
+                let written = !extracted.classes.iter().any(|c| other_order.contains(c));
+                candidates.push(Candidate { strategy, written, cost, plan, extracted, sites });
             }
-            seen.push(plan.clone());
-            let strategy = strategy_of(&eg, &extracted);
-            let net = plan_cost(&eg, &extracted, w);
-            let (seconds, bottleneck, sites) =
-                scorer.score(&plan).map_err(|e| AttemptError::Error(OptimizeError::Internal(e)))?;
-            let total = match cluster.cost_model {
-                CostModel::Network => net.total,
-                CostModel::Time => seconds,
-            };
-            let cost = PlanCost { network_floats: net.network_floats, flops: net.flops, total, seconds, bottleneck };
-            let written = !extracted.classes.iter().any(|c| other_order.contains(c));
-            candidates.push(Candidate { strategy, written, cost, plan, extracted, sites });
         }
     }
     let mut slots: Vec<Vec<usize>> = Vec::new();
@@ -694,7 +707,8 @@ fn other_order_classes(eg: &TraEGraph) -> rustc_hash::FxHashSet<Id> {
 /// The additive weightings extraction runs under. Under `network`, the
 /// request's own weights only (the paper's model, unchanged). Under `time`,
 /// extraction first runs under the e-nodes' stage times
-/// ([`crate::stage_cost`]), then, for more candidates, under two sums:
+/// ([`crate::stage_cost`]: in turn, and again with exchanges charged from
+/// the sources the first extraction chose), then, for more candidates, under two sums:
 /// each float and flop priced at one site's link and processor speed (the
 /// plan's time if every stage were perfectly spread) and network floats
 /// alone. Each restriction to one join strategy adds the best plan of that

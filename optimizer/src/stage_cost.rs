@@ -8,10 +8,21 @@
 //! layouts are known ([`crate::loads`] gives the semantics). The stage time
 //! of a local operator is then a function of the node alone, exactly as the
 //! time model charges it. An exchange's stage time depends on which physical
-//! source of its (logical) operand the plan uses: a node is charged the least
-//! over the sources the e-graph holds, a lower bound that is exact when the
-//! plan reads that source. Plans extracted under these costs are re-scored
-//! exactly ([`crate::optimize::Scorer`]).
+//! source of its (logical) operand the plan uses, which a cost per e-node
+//! cannot know. A node is charged the least over the sources that no
+//! exchange made (an input, or local operators on such), if its operand has
+//! any, else over all sources but its own class. The least over every source
+//! was a lower bound too weak to steer: the cheapest source is mostly one an
+//! earlier exchange made (a broadcast operand, replicated in place, needs no
+//! shuffle after it), so every exchange cost its latency alone, and with the
+//! small latency `tra calibrate` measures extraction chose plans 40% slower
+//! by the model's own figures. Extraction then runs once more with each
+//! exchange charged from the source the first extraction chose for its
+//! operand ([`StageCosts::following`]), which prices the plan's exchanges as
+//! it makes them (the streamed weighting tried beside it, exchanges of
+//! inputs at their latency alone, found no plan these two did not on the
+//! benchmark's shapes, and was dropped for its extraction time). Plans
+//! extracted under these costs are re-scored exactly ([`crate::optimize::Scorer`]).
 //!
 //! An e-node's cost cannot see whether the runtime will stream it: a fused
 //! matmul streams only when its join has no other consumer in the plan
@@ -30,7 +41,7 @@
 use crate::cost::{node_cost, Cost, Weights};
 use crate::egraph::nodes::{ia_op, leaf};
 use crate::egraph::{Ia, TraEGraph};
-use crate::extract::NodeCosts;
+use crate::extract::{Choice, NodeCosts};
 use crate::loads::{makes_products, Evaluated, Layout, LoadCache, OpLoads};
 use crate::program::IaOp;
 use crate::time::{stage_seconds, Profile};
@@ -122,9 +133,11 @@ impl<'a> Layouts<'a> {
 }
 
 /// Every executable e-node's stage time under `profile` as its cost's
-/// `total` (network floats and flops as the network model counts them), or
-/// `None` when the request's deadline passed on the way.
-pub fn stage_costs(eg: &TraEGraph, profile: &Profile) -> Option<NodeCosts> {
+/// `total` (network floats and flops as the network model counts them),
+/// each exchange charged from the sources of its operand that no exchange
+/// made (see the module docs), or `None` when the request's deadline passed
+/// on the way.
+pub fn stage_costs<'a>(eg: &'a TraEGraph, profile: &Profile) -> Option<StageCosts<'a>> {
     let mut layouts = Layouts {
         eg,
         cache: LoadCache::new(eg.analysis.sites, profile.bytes_per_float),
@@ -150,16 +163,59 @@ pub fn stage_costs(eg: &TraEGraph, profile: &Profile) -> Option<NodeCosts> {
         }
     }
     let unit = Weights { network: 1.0, compute: 0.0 };
-    let mut all = Vec::new();
+    // The P classes some plan makes without any exchange (an input, or a
+    // local operator on such classes): where the data is before a plan
+    // moves it.
+    let mut unmoved: rustc_hash::FxHashSet<Id> = rustc_hash::FxHashSet::default();
+    loop {
+        let before = unmoved.len();
+        for class in eg.classes() {
+            if class.data.phys().is_none() || unmoved.contains(&class.id) {
+                continue;
+            }
+            let made_here = class.nodes.iter().any(|n| match n {
+                Ia::Input(_) => true,
+                Ia::LJoin([_, _, _, a, b]) => unmoved.contains(&eg.find(*a)) && unmoved.contains(&eg.find(*b)),
+                Ia::LAgg([_, _, x]) | Ia::LMap([_, _, x]) | Ia::LFilter([_, x]) => unmoved.contains(&eg.find(*x)),
+                _ => false,
+            });
+            if made_here {
+                unmoved.insert(class.id);
+            }
+        }
+        if unmoved.len() == before {
+            break;
+        }
+    }
+    // The sources an exchange in `class` of L class `l` is charged from:
+    // those no exchange made, if there are any. The cheapest source of all
+    // is often one an earlier exchange made (a broadcast operand, mapped in
+    // place, needs no shuffle after it): charging that while extraction
+    // picks the operand's cheapest source (the unmoved one) would price
+    // every exchange at its latency alone.
+    let read_from = |class: Id, l: Id| {
+        let sources: Vec<Id> = layouts.sources(eg.find(l)).into_iter().filter(|p| *p != class).collect();
+        let unmoved_sources: Vec<Id> = sources.iter().copied().filter(|p| unmoved.contains(p)).collect();
+        if unmoved_sources.is_empty() {
+            sources
+        } else {
+            unmoved_sources
+        }
+    };
+    let mut in_turn = Vec::new();
+    let mut exchanges = Vec::new();
     for class in eg.classes() {
         if crate::deadline::expired() {
             return None;
         }
         for node in &class.nodes {
             let Some(net) = node_cost(eg, class.id, node, unit) else { continue };
+            let from = match node {
+                Ia::Shuffle([_, l]) | Ia::Broadcast(l) => read_from(class.id, *l),
+                _ => Vec::new(),
+            };
             let seconds = match node {
-                Ia::Shuffle([_, l]) | Ia::Broadcast(l) => layouts
-                    .sources(eg.find(*l))
+                Ia::Shuffle(_) | Ia::Broadcast(_) => from
                     .iter()
                     .filter_map(|src| layouts.loads(node, &[*src]))
                     .map(|loads| stage_seconds(true, &loads, profile).0)
@@ -174,8 +230,51 @@ pub fn stage_costs(eg: &TraEGraph, profile: &Profile) -> Option<NodeCosts> {
             };
             // A node whose operands have no layout cannot be in a plan.
             let Some(seconds) = seconds else { continue };
-            all.push((class.id, node.clone(), Cost { total: seconds, ..net }));
+            if let Ia::Shuffle([_, l]) | Ia::Broadcast(l) = node {
+                exchanges.push((in_turn.len(), eg.find(*l)));
+            }
+            in_turn.push((class.id, node.clone(), Cost { total: seconds, ..net }));
         }
     }
-    Some(NodeCosts::from_costs(all))
+    Some(StageCosts { layouts, profile: *profile, in_turn, exchanges })
+}
+
+/// The stage costs of an e-graph's nodes ([`stage_costs`]), and what it
+/// takes to charge exchanges again from the sources an extraction chose.
+pub struct StageCosts<'a> {
+    layouts: Layouts<'a>,
+    profile: Profile,
+    in_turn: Vec<(Id, Ia, Cost)>,
+    /// Where the exchanges are in `in_turn`, with their operand's L class.
+    exchanges: Vec<(usize, Id)>,
+}
+
+impl StageCosts<'_> {
+    /// Every stage in turn, each exchange charged from its cheapest source
+    /// among those no exchange made.
+    pub fn in_turn(&self) -> NodeCosts {
+        NodeCosts::from_costs(self.in_turn.clone())
+    }
+
+    /// [`StageCosts::in_turn`] with each exchange charged from the source
+    /// `choice` made its operand from (the `erase` member it chose), where
+    /// it chose one: an exchange's time depends on where its operand's
+    /// tuples are, which a cost per e-node cannot know until the operand is
+    /// chosen. Extracting again under these costs gives a plan whose
+    /// exchanges are priced as the plan makes them.
+    pub fn following(&self, choice: &Choice) -> NodeCosts {
+        let eg = self.layouts.eg;
+        let mut costs = self.in_turn.clone();
+        for &(i, l) in &self.exchanges {
+            let Some(Ia::Erase(p)) = choice.node(l) else { continue };
+            let p = eg.find(*p);
+            if p == costs[i].0 {
+                continue;
+            }
+            if let Some(loads) = self.layouts.loads(&costs[i].1, &[p]) {
+                costs[i].2.total = stage_seconds(true, &loads, &self.profile).0;
+            }
+        }
+        NodeCosts::from_costs(costs)
+    }
 }

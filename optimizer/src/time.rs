@@ -73,6 +73,7 @@
 //! shuffle to another). Every other operator is a stage of its own.
 //!
 //! **Stages that do not wait for each other overlap.** A plan takes the
+//! job's fixed time ([`Profile::job_overhead_seconds`], once) plus the
 //! longest of:
 //! - its **critical path**: the longest chain of stages each waiting for the
 //!   one before, each stage taking its own time (below);
@@ -83,10 +84,11 @@
 //!   branches that run at the same time still share a site's link and
 //!   cores;
 //! - its **fixed exchange times**: the latencies of all its stages summed.
-//!   They do not overlap: measured on two processes over loopback (7 ms of
-//!   latency), `diag(X+Y)` with two concurrent shuffles of filtered inputs
-//!   took 13.2 ms where one broadcast took 12.1 ms; overlapping the
-//!   shuffles' latencies predicted 10.3 ms and ranked it first.
+//!   They do not overlap: measured on two processes over loopback (with 7 ms
+//!   taken as the latency then, which was mostly the job's fixed time),
+//!   `diag(X+Y)` with two concurrent shuffles of filtered inputs took 13.2 ms
+//!   where one broadcast took 12.1 ms; overlapping the shuffles' latencies
+//!   predicted 10.3 ms and ranked it first.
 //!
 //! A plan whose stages form one chain takes the sum of its stages' times,
 //! and no plan takes more. Why: on 3 sites over 300 Mbit/s links, the
@@ -154,10 +156,20 @@ pub struct Profile {
     /// streaming rate on current servers).
     #[serde(default = "default_memory")]
     pub memory_bytes_per_second: f64,
-    /// Fixed time of one exchange (shuffle or broadcast), in seconds (`tra
-    /// calibrate`: the intercept of an exchange's time against its bytes).
+    /// Fixed time of one exchange (shuffle or broadcast) of ready operands,
+    /// in seconds (`tra calibrate`: the later shuffles of a chain of small
+    /// ones, or a large shuffle's intercept against its bytes if more).
     #[serde(default = "default_latency")]
     pub latency_seconds: f64,
+    /// Fixed time of a job, once per plan whatever it does, in seconds:
+    /// starting the dataflow on every process and their agreeing that each
+    /// operator has finished (`tra calibrate`: a plan of one local operator
+    /// on one float per site). It moves every plan's seconds alike, so it
+    /// changes no ranking but the 5% within which plans are not told apart,
+    /// and makes small plans' predictions comparable with measured times.
+    /// Optional: without it, 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job_overhead_seconds: Option<f64>,
     /// Bytes of one float on the wire.
     #[serde(default = "default_bytes_per_float")]
     pub bytes_per_float: u64,
@@ -197,6 +209,7 @@ impl Default for Profile {
             site_flops_per_second: default_flops(),
             memory_bytes_per_second: default_memory(),
             latency_seconds: default_latency(),
+            job_overhead_seconds: None,
             bytes_per_float: default_bytes_per_float(),
             exchange_cpu_bytes_per_second: None,
         }
@@ -224,6 +237,14 @@ impl Profile {
                 "latency_seconds",
                 format!("profile.latency_seconds must be a finite number ≥ 0, got {}", self.latency_seconds),
             ));
+        }
+        if let Some(t) = self.job_overhead_seconds {
+            if !(t.is_finite() && t >= 0.0) {
+                return Err((
+                    "job_overhead_seconds",
+                    format!("profile.job_overhead_seconds must be a finite number ≥ 0, got {t}"),
+                ));
+            }
         }
         if !(1..=16).contains(&self.bytes_per_float) {
             return Err((
@@ -521,10 +542,11 @@ struct Stage<'a> {
 }
 
 /// A plan's predicted seconds and its bottleneck, from the loads of its
-/// operators (see the module docs): the longest of the stages' critical
-/// path, the busiest site's most loaded resource over all stages and their
-/// latencies summed; the bottleneck is the longest stage. A plan without
-/// operators takes no time and has no bottleneck.
+/// operators (see the module docs): the job's fixed time
+/// ([`Profile::job_overhead_seconds`]) and the longest of the stages'
+/// critical path, the busiest site's most loaded resource over all stages
+/// and their latencies summed; the bottleneck is the longest stage. A plan
+/// without operators takes no time and has no bottleneck.
 pub fn plan_seconds(plan: &Plan, loads: &IndexMap<String, Arc<OpLoads>>, p: &Profile) -> (f64, Option<Bottleneck>) {
     let pipelines = streamed_pipelines(plan);
     let member: HashSet<&str> = pipelines
@@ -573,7 +595,8 @@ pub fn plan_seconds(plan: &Plan, loads: &IndexMap<String, Arc<OpLoads>>, p: &Pro
                 * p.latency_seconds,
         });
     }
-    let total = overlapped_seconds(plan, &stages);
+    let total =
+        if stages.is_empty() { 0.0 } else { p.job_overhead_seconds.unwrap_or(0.0) + overlapped_seconds(plan, &stages) };
     let worst = stages
         .iter()
         .fold(None::<&Stage>, |w, s| if w.is_none_or(|w| s.time.0 > w.time.0) { Some(s) } else { w })
@@ -685,6 +708,7 @@ mod tests {
             site_flops_per_second: 10.0,
             memory_bytes_per_second: 1.0,
             latency_seconds: 0.5,
+            job_overhead_seconds: None,
             bytes_per_float: 4,
             exchange_cpu_bytes_per_second: None,
         };
@@ -734,6 +758,7 @@ mod tests {
             site_flops_per_second: 10.0,
             memory_bytes_per_second: 1e9,
             latency_seconds,
+            job_overhead_seconds: None,
             bytes_per_float: 4,
             exchange_cpu_bytes_per_second: None,
         }
@@ -752,6 +777,11 @@ mod tests {
         let b = b.unwrap();
         assert_eq!((b.node.as_str(), b.site, b.resource, b.seconds), ("j", 1, Resource::Compute, 3.0));
         assert_eq!(plan_seconds(&plan, &IndexMap::new(), &profile(0.0)), (0.0, None));
+        // A job's fixed time is added once to a plan with operators, and to
+        // none without.
+        let with_overhead = Profile { job_overhead_seconds: Some(0.25), ..profile(0.0) };
+        assert_eq!(plan_seconds(&plan, &loads, &with_overhead).0, 4.25);
+        assert_eq!(plan_seconds(&plan, &IndexMap::new(), &with_overhead), (0.0, None));
     }
 
     #[test]
@@ -975,6 +1005,11 @@ mod tests {
         assert_eq!(bad.check().unwrap_err().0, "memory_bytes_per_second");
         let bad = Profile { bytes_per_float: 0, ..Profile::default() };
         assert_eq!(bad.check().unwrap_err().0, "bytes_per_float");
+        let bad = Profile { job_overhead_seconds: Some(-0.001), ..Profile::default() };
+        assert_eq!(bad.check().unwrap_err().0, "job_overhead_seconds");
+        let bad = Profile { job_overhead_seconds: Some(f64::INFINITY), ..Profile::default() };
+        assert_eq!(bad.check().unwrap_err().0, "job_overhead_seconds");
+        assert!(Profile { job_overhead_seconds: Some(0.0), ..Profile::default() }.check().is_ok());
         let bad = Profile { exchange_cpu_bytes_per_second: Some(0.0), ..Profile::default() };
         assert_eq!(bad.check().unwrap_err().0, "exchange_cpu_bytes_per_second");
     }

@@ -193,6 +193,7 @@ fn overlap_is_bounded_by_its_stages(tag: &str, plan: &Plan, loads: &IndexMap<Str
         site_flops_per_second: 1e4,
         memory_bytes_per_second: 1e4,
         latency_seconds: 0.0,
+        job_overhead_seconds: None,
         bytes_per_float: 4,
         exchange_cpu_bytes_per_second: None,
     };
@@ -279,6 +280,7 @@ fn stage_costs_and_the_exact_scorer_agree() {
         site_flops_per_second: 3e10,
         memory_bytes_per_second: 2e9,
         latency_seconds: 0.005,
+        job_overhead_seconds: None,
         bytes_per_float: 4,
         exchange_cpu_bytes_per_second: None,
     };
@@ -319,7 +321,7 @@ fn stage_costs_and_the_exact_scorer_agree() {
             .run(rest.iter().copied())
             .egraph;
         let roots: IndexMap<String, egg::Id> = roots.into_iter().map(|(n, id)| (n, eg.find(id))).collect();
-        let costs = stage_costs(&eg, &profile).unwrap();
+        let costs = stage_costs(&eg, &profile).unwrap().in_turn();
         let mut memory_bound = 0;
         let mut compute_bound = 0;
         let mut exact = 0;

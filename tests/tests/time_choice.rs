@@ -65,3 +65,48 @@ fn the_fused_matmul_is_chosen_over_an_unfused_plan_predicted_a_little_faster() {
     let network = optimize(&program("network"), &rules, &Limits::default()).unwrap();
     assert_eq!(network.plan, plan(FUSED), "{}", network.alternatives[0].label);
 }
+
+/// A broadcast from one site beside the GEMMs it feeds, on a profile with a
+/// small exchange latency (`tra calibrate` over loopback: 0.1 ms per
+/// exchange, the job's fixed 7.8 ms apart). Extraction prices each e-node on
+/// its own, and an exchange's time depends on where its operand's tuples
+/// are: priced from the cheapest source in the e-graph (a replicated copy
+/// that an earlier broadcast made), every exchange cost its latency alone,
+/// and extraction chose plans that replicate both operands, 40% slower by
+/// the model's own figures, and a co-partitioned plan that sends every
+/// product to one site.
+#[test]
+fn exchanges_are_priced_from_where_the_plan_takes_their_operand() {
+    let profile = r#"{"link_bytes_per_second": 5.22e8, "site_flops_per_second": 5.29e10,
+        "memory_bytes_per_second": 2.70e10, "latency_seconds": 0.0001, "job_overhead_seconds": 0.0078,
+        "exchange_cpu_bytes_per_second": 5.70e8}"#;
+    let program = Program::from_json(&format!(
+        r#"{{"inputs": {{"X": {{"key_bounds": [8, 8], "array_bounds": [256, 256], "placement": {{"hash": []}}}},
+                        "Y": {{"key_bounds": [8, 4], "array_bounds": [256, 256], "placement": {{"hash": []}}}}}},
+            "nodes": {{"XY": {{"op": "join", "left": "X", "right": "Y", "left_keys": [1], "right_keys": [0], "kernel": "matMul"}},
+                      "Z": {{"op": "aggregate", "input": "XY", "group_by": [0, 2], "kernel": "matAdd"}}}},
+            "outputs": ["Z"], "cluster": {{"sites": 2, "cost_model": "time", "profile": {profile}}}}}"#
+    ))
+    .unwrap();
+    let answer = optimize(&program, &tra_rules::all(), &Limits::default()).unwrap();
+    let chosen = answer.plan.to_sexpr();
+    assert_eq!(
+        chosen, "(local_aggregate [0 2] matAdd (local_join [1] [0] matMul (broadcast X) (shuffle [1] Y)))",
+        "{}",
+        answer.alternatives[0].label
+    );
+    for a in &answer.alternatives {
+        assert!(a.cost.seconds >= answer.cost.seconds, "{} predicted faster than the chosen plan", a.label);
+        assert!(!a.plan.to_sexpr().contains("(shuffle []"), "{} sends everything to one site", a.label);
+    }
+    // The best co-partitioned plan sums each site's partial products before
+    // exchanging them (0.134 s predicted); priced from the cheapest sources,
+    // extraction shuffled the products themselves (0.183 s).
+    let co = answer.alternatives.iter().find(|a| a.label.starts_with("CMM")).expect("a co-partitioned plan");
+    assert!(co.cost.seconds < 1.25 * answer.cost.seconds, "{}: {} s", co.label, co.cost.seconds);
+    // The job's fixed time is in every plan's seconds, once.
+    let overhead = 0.0078;
+    let without: Profile = serde_json::from_str(&profile.replace(r#""job_overhead_seconds": 0.0078,"#, "")).unwrap();
+    let (seconds, _, _) = Scorer::new(2, without).score(&answer.plan).unwrap();
+    assert!((answer.cost.seconds - seconds - overhead).abs() < 1e-12, "{} vs {seconds}", answer.cost.seconds);
+}

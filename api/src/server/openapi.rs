@@ -149,7 +149,9 @@ pub fn document(config: &ServerConfig) -> Value {
                 "site_flops_per_second": {"type": "number", "default": 1.0e11, "description": "Flops per second of each site"},
                 "memory_bytes_per_second": {"type": "number", "default": 1.0e10,
                     "description": "Bytes per second that a site's kernel calls read and write in memory (a local operator takes the slower of its flops and these bytes)"},
-                "latency_seconds": {"type": "number", "default": 1e-4, "description": "Fixed time of one exchange (shuffle or broadcast)"},
+                "latency_seconds": {"type": "number", "default": 1e-4, "description": "Fixed time of one exchange (shuffle or broadcast) of ready operands"},
+                "job_overhead_seconds": {"type": "number", "minimum": 0,
+                    "description": "Fixed time of a job, once per plan whatever it does (starting the dataflow, the processes agreeing that each operator has finished); optional (absent: 0). It moves every plan alike"},
                 "bytes_per_float": {"type": "integer", "default": 4, "minimum": 1, "maximum": 16, "description": "Bytes of one float on the wire"},
                 "exchange_cpu_bytes_per_second": {"type": "number",
                     "description": "Bytes a site exchanges (sent and received alike) per second of its processors' time; optional (absent: exchanges cost no processor time). A streamed matmul's GEMMs share the processors with its exchanges"}
