@@ -609,6 +609,20 @@ async fn a_slow_network_profile_changes_the_prediction_and_a_bad_one_is_named() 
     let r = post(addr, "/v1/optimize", &bad).await;
     assert_eq!(r.status, 422, "{}", r.json());
     assert_eq!(r.json()["error"]["at"], "cluster.profile.site_flops_per_second");
+    bad["cluster"]["profile"] = json!({"job_overhead_seconds": -0.01});
+    let r = post(addr, "/v1/optimize", &bad).await;
+    assert_eq!(r.status, 422, "{}", r.json());
+    assert_eq!(r.json()["error"]["at"], "cluster.profile.job_overhead_seconds");
+    // The job's fixed time is in every plan's seconds, once (the plan may
+    // change: plans within 5% of the fastest are not told apart).
+    let mut overhead = skewed(Some("time"));
+    overhead["cluster"]["profile"] = json!({"job_overhead_seconds": 2.0});
+    let with = post(addr, "/v1/optimize", &overhead).await.json();
+    let (with_s, fast_s) = (with["cost"]["seconds"].as_f64().unwrap(), fast["cost"]["seconds"].as_f64().unwrap());
+    assert!(with_s >= 2.0 + fast_s / 1.05 - 1e-9 && with_s <= 1.05 * (2.0 + fast_s), "{} vs {fast_s}", with["cost"]);
+    for a in with["alternatives"].as_array().unwrap() {
+        assert!(a["cost"]["seconds"].as_f64().unwrap() >= 2.0, "{}", a["cost"]);
+    }
     let mut unknown = skewed(Some("speed"));
     unknown["cluster"]["cost_model"] = json!("speed");
     let r = post(addr, "/v1/optimize", &unknown).await;

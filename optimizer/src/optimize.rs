@@ -544,14 +544,14 @@ fn attempt(
             }
             for choice in choices {
                 let extracted = match choice.plan(&eg, &roots) {
-                Ok(x) => x,
-                Err(NoPlan { output }) if allowed.is_empty() && wi == 0 => {
-                    return Err(AttemptError::Error(OptimizeError::Limit(format!(
-                    "saturation stopped ({stop_reason}) before output `{output}` had an executable plan; raise the limits"
-                ))))
-                }
-                Err(_) => continue,
-            };
+                    Ok(x) => x,
+                    Err(NoPlan { output }) if allowed.is_empty() && wi == 0 => {
+                        return Err(AttemptError::Error(OptimizeError::Limit(format!(
+                        "saturation stopped ({stop_reason}) before output `{output}` had an executable plan; raise the limits"
+                    ))))
+                    }
+                    Err(_) => continue,
+                };
                 let plan = extracted.to_plan(&p.inputs);
                 if seen.contains(&plan) {
                     continue;
