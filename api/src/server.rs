@@ -18,8 +18,9 @@
 //! - the connection: [`listener`] (connection cap, header and body read
 //!   timeouts, shutdown bounded in time) and [`hygiene`] (`Host`, content
 //!   type, declared size), and a cap on requests in flight with load shedding;
-//! - the CPU: parsing, type checking, optimization and execution run on
-//!   blocking threads behind [`admission::Slots`] (never on the async
+//! - the CPU: parsing, type checking and optimization run on threads kept
+//!   for them ([`cpu_pool`]), execution on blocking threads, behind
+//!   [`admission::Slots`] (never on the async
 //!   runtime, so `/healthz` always answers), each request under one
 //!   [`Deadline`] checked cooperatively down to the key enumerations of the
 //!   type checker and the kernel calls of the executor;
@@ -33,6 +34,7 @@
 pub mod admission;
 pub mod cache;
 mod cluster_execute;
+mod cpu_pool;
 mod error;
 mod execute;
 pub mod flags;
@@ -238,6 +240,8 @@ struct Inner {
     openapi_json: Value,
     /// CPU work: parsing, type checking, optimization, einsum compilation.
     cpu_slots: admission::Slots,
+    /// The threads that CPU work runs on, one per slot.
+    cpu_threads: cpu_pool::CpuPool,
     execute_slots: admission::Slots,
     memory: Arc<admission::MemoryBudget>,
     answers: cache::AnswerCache,
@@ -251,7 +255,7 @@ struct Inner {
 /// Bytes of freed blocks the executor of `/v1/execute` keeps for reuse.
 pub const EXECUTOR_POOL_BYTES: u64 = 64 << 20;
 
-// The rule set is built once and shared by every blocking optimization.
+// The rule set is built once and shared by every optimization thread.
 const _: fn() = || {
     fn send_sync<T: Send + Sync>() {}
     send_sync::<Arc<Vec<RuleDef>>>();
@@ -284,6 +288,7 @@ impl AppState {
             examples_json: crate::examples::as_json(),
             openapi_json: openapi::document(&config),
             cpu_slots: admission::Slots::new("optimization", config.max_concurrent_optimizations, config.max_queued),
+            cpu_threads: cpu_pool::CpuPool::new("tra-optimize", config.max_concurrent_optimizations),
             execute_slots: admission::Slots::new("execution", config.max_concurrent_executions, config.max_queued),
             memory: Arc::new(admission::MemoryBudget::new(config.execute_memory_bytes, config.max_queued)),
             answers: cache::AnswerCache::new(config.answer_cache_bytes),
@@ -321,7 +326,7 @@ impl AppState {
         self.deadline(self.config().optimize_time, self.config().optimize_limit_words())
     }
 
-    /// Run CPU work on a blocking thread behind a CPU slot, with `deadline`
+    /// Run CPU work on one of the CPU threads ([`cpu_pool`]) behind a CPU slot, with `deadline`
     /// installed for it (see [`tra_optimizer::deadline`]); waiting for the
     /// slot counts against the deadline.
     pub async fn cpu<R: Send + 'static>(
@@ -331,12 +336,14 @@ impl AppState {
     ) -> Result<R, ApiError> {
         let permit = self.inner.cpu_slots.acquire(deadline).await?;
         let d = deadline.clone();
-        tokio::task::spawn_blocking(move || {
-            let _permit = permit;
-            deadline::within(d, work)
-        })
-        .await
-        .map_err(|e| ApiError::internal(format!("the optimizer crashed: {e}")))?
+        self.inner
+            .cpu_threads
+            .run(move || {
+                let _permit = permit;
+                deadline::within(d, work)
+            })
+            .await
+            .map_err(|e| ApiError::internal(format!("the optimizer crashed: {e}")))?
     }
 
     /// Optimize a program on this thread (a blocking one, under a deadline:
@@ -392,7 +399,7 @@ impl AppState {
         Ok(cached)
     }
 
-    /// Optimize a program on a blocking thread, under the configured limits,
+    /// Optimize a program on a CPU thread, under the configured limits,
     /// a CPU slot and the optimize deadline; a program asked before is
     /// answered from the cache.
     pub async fn optimize(&self, program: Program) -> Result<Arc<CachedAnswer>, ApiError> {
