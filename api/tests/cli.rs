@@ -174,3 +174,12 @@ fn calibrate_names_what_is_wrong_with_its_arguments() {
     assert_eq!(left, vec![std::ffi::OsString::from("hosts.txt")]);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn serve_refuses_a_cpu_slot_count_it_cannot_keep_threads_for() {
+    for bad in ["0", "100000"] {
+        let (ok, _, err) = tra(&["serve", "--addr", "127.0.0.1:0", "--max-concurrent-optimizations", bad]);
+        assert!(!ok, "--max-concurrent-optimizations {bad} was accepted");
+        assert!(err.contains("--max-concurrent-optimizations") && err.contains("between 1 and 512"), "{err}");
+    }
+}

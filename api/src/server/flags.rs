@@ -57,8 +57,9 @@ pub struct ServeArgs {
     /// Most executions at once (more wait).
     #[arg(long, default_value_t = 2)]
     pub max_concurrent_executions: usize,
-    /// Most optimizations (and other CPU work) at once; default: one per core.
-    #[arg(long)]
+    /// Most optimizations (and other CPU work) at once, 1 to 512; default: one per core.
+    /// The service keeps one thread for each.
+    #[arg(long, value_parser = cpu_slots)]
     pub max_concurrent_optimizations: Option<usize>,
     /// Most requests waiting for a CPU slot or execution memory (503 with Retry-After beyond).
     #[arg(long, default_value_t = 64)]
@@ -119,5 +120,15 @@ impl ServeArgs {
             profile: self.profile.as_deref().map(crate::cost_model::read_profile).transpose()?,
             ..d
         })
+    }
+}
+
+/// `--max-concurrent-optimizations`: the service starts a thread per slot,
+/// so the count is bounded.
+fn cpu_slots(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(n @ 1..=512) => Ok(n),
+        Ok(n) => Err(format!("{n} is not between 1 and 512")),
+        Err(e) => Err(e.to_string()),
     }
 }
