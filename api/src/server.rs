@@ -34,7 +34,7 @@
 pub mod admission;
 pub mod cache;
 mod cluster_execute;
-mod cpu_pool;
+pub mod cpu_pool;
 mod error;
 mod execute;
 pub mod flags;
