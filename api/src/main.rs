@@ -450,6 +450,9 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     if writes_only_to_stdout(&cli.command) {
         tra_api::sigpipe::restore_default();
+        // Quiet unless `RUST_LOG` asks (`RUST_LOG=tra_optimizer=debug tra
+        // bench --only =matmul` shows each saturation iteration's figures).
+        tra_api::server::init_tracing_with("warn,egg=warn");
     }
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,

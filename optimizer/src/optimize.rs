@@ -236,12 +236,6 @@ fn strategy_of(eg: &TraEGraph, plan: &ExtractedPlan) -> Vec<JoinStrategy> {
         .collect()
 }
 
-/// The label of an extracted plan: strategy first, then what moves
-/// ([`crate::describe::plan_label`]).
-fn label(eg: &TraEGraph, plan: &ExtractedPlan, strategy: &[JoinStrategy]) -> String {
-    crate::describe::plan_label(&plan.to_plan(&eg.analysis.inputs), strategy)
-}
-
 /// A label that tells the orders apart where the program was reordered
 /// (`other_order` not empty) and the label does not already end with the
 /// plan's bracketing (`; order X·(Y·V)`, chains only): `; written order`,
@@ -572,6 +566,11 @@ fn attempt(
             }
         }
     }
+    tracing::debug!(
+        optimize_ms = start.elapsed().as_secs_f64() * 1000.0,
+        candidates = candidates.len(),
+        "extraction finished"
+    );
     let mut slots: Vec<Vec<usize>> = Vec::new();
     for (i, c) in candidates.iter().enumerate() {
         let same = |s: &Vec<usize>| candidates[s[0]].strategy == c.strategy && candidates[s[0]].written == c.written;
@@ -592,8 +591,14 @@ fn attempt(
     let mut alternatives: Vec<Alternative> = Vec::new();
     for &i in &order {
         let c = &candidates[i];
-        let label =
-            order_label(label(&eg, &c.extracted, &c.strategy), &eg, &origins, &c.extracted, c.written, &other_order);
+        let label = order_label(
+            crate::describe::plan_label(&c.plan, &c.strategy),
+            &eg,
+            &origins,
+            &c.extracted,
+            c.written,
+            &other_order,
+        );
         let built_by = crate::describe::built_by(&eg, &origins, &c.extracted, &c.plan);
         alternatives.push(Alternative {
             label,
