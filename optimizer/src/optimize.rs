@@ -22,7 +22,7 @@ pub use crate::rule_failure::{OnRuleFailure, Warning};
 use crate::schedule::IncrementalScheduler;
 pub use crate::schedule::Search;
 use crate::time::{plan_seconds, Bottleneck, CostModel, Profile};
-use crate::types::Placement;
+use crate::types::{Placement, ENUMERATION_LIMIT};
 use egg::{Id, Language, Runner, StopReason};
 use indexmap::IndexMap;
 use serde::Serialize;
@@ -318,8 +318,33 @@ pub fn optimize_with(
 ) -> Result<OptimizeAnswer, OptimizeError> {
     let start = Instant::now();
     let typed = check_program(p)?;
+    check_enumerable_inputs(p, &typed)?;
     let quiet = on_failure == OnRuleFailure::Retry;
     rule_failure::retrying(rules, on_failure, |rules| attempt(p, &typed, rules, limits, start, quiet))
+}
+
+/// Every plan's `cost.seconds` and `site_loads` come from per-site loads
+/// that place each key of each input on its site ([`crate::loads`]), which
+/// enumerate at most [`ENUMERATION_LIMIT`] keys: an input with more is
+/// refused here, named, before any work (it failed after saturation, as an
+/// internal error).
+fn check_enumerable_inputs(p: &Program, typed: &TypedProgram) -> Result<(), OptimizeError> {
+    for (name, decl) in &p.inputs {
+        let keys = typed.types.get(name).map_or(0, |t| t.tuples());
+        if keys > ENUMERATION_LIMIT {
+            return Err(OptimizeError::Program(ProgramError::new(
+                ErrorCode::LimitExceeded,
+                format!("{name}.key_bounds"),
+                format!(
+                    "input {name}: key bounds {:?} make {keys} keys; the per-site loads behind every plan's \
+                     cost.seconds and site_loads place each key on its site, at most {ENUMERATION_LIMIT} keys \
+                     per input: use larger blocks (fewer keys)",
+                    decl.key_bounds
+                ),
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// Saturate with `rules` and extract: one attempt of [`optimize_with`].
@@ -801,6 +826,30 @@ impl From<&OptimizeError> for ProgramError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An input with more keys than the per-site loads enumerate is refused
+    /// before saturation as a limit, at its key bounds (it was an internal
+    /// error after saturation); one at the limit is optimized.
+    #[test]
+    fn an_input_with_too_many_keys_for_the_per_site_loads_is_a_limit_named_at_its_key_bounds() {
+        let program = |rows: u64| {
+            Program::from_json(&format!(
+                r#"{{"inputs": {{"X": {{"key_bounds": [{rows}, 1024], "array_bounds": [1]}}}},
+                    "nodes": {{"Y": {{"op": "transform", "input": "X", "kernel": "relu"}}}},
+                    "outputs": ["Y"], "cluster": {{"sites": 4}}}}"#
+            ))
+            .unwrap()
+        };
+        let rules: Vec<RuleDef> = Vec::new();
+        let started = Instant::now();
+        let Err(OptimizeError::Program(e)) = optimize(&program(1025), &rules, &Limits::default()) else {
+            panic!("1025 × 1024 keys must be refused")
+        };
+        assert_eq!((e.code, e.at.as_str()), (ErrorCode::LimitExceeded, "X.key_bounds"), "{e:?}");
+        assert!(e.message.contains("1049600 keys") && e.message.contains("1048576"), "{}", e.message);
+        assert!(started.elapsed() < Duration::from_secs(2), "refused before any work");
+        assert!(optimize(&program(1024), &rules, &Limits::default()).is_err_and(|e| !e.to_string().contains("keys")));
+    }
 
     #[test]
     fn each_optimize_error_keeps_its_kind_as_a_program_error() {
