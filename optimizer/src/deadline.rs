@@ -155,7 +155,7 @@ pub fn reason() -> String {
     CURRENT.with(|c| match c.borrow().as_ref() {
         Some(s) if s.over_key_budget && !s.deadline.cancelled() => {
             let what = s.deadline.key_bytes.as_ref().map(|k| k.1.to_string()).unwrap_or_default();
-            format!("the key sets of this program's filters, key maps and joins exceed {what}")
+            format!("the key sets of this program's filters, key maps and joins, with the per-site layouts of its plans, exceed {what}")
         }
         Some(s) => s.deadline.reason(),
         None => "the time limit passed".to_string(),
@@ -191,6 +191,22 @@ pub fn share_keys(keys: Vec<Key>) -> Arc<Vec<Key>> {
             scope.over_key_budget = true;
         }
         shared
+    })
+}
+
+/// Count `bytes` of per-site layouts ([`crate::loads`]: a key's site for
+/// every tuple of a relation) against this thread's key budget, as
+/// [`share_keys`] counts key sets: spending it makes [`expired`] true.
+/// Without a key budget, nothing.
+pub fn charge_layout_bytes(bytes: u64) {
+    CURRENT.with(|c| {
+        let mut c = c.borrow_mut();
+        let Some(scope) = c.as_mut() else { return };
+        let Some((budget, _)) = scope.deadline.key_bytes.clone() else { return };
+        scope.key_bytes = scope.key_bytes.saturating_add(bytes);
+        if scope.key_bytes > budget {
+            scope.over_key_budget = true;
+        }
     })
 }
 

@@ -92,6 +92,11 @@ impl Layout {
         self.sites.len()
     }
 
+    /// Bytes its keys and sites take.
+    pub fn bytes(&self) -> u64 {
+        ((self.keys.capacity() + self.sites.capacity()) * std::mem::size_of::<u32>()) as u64
+    }
+
     /// True when it holds no tuple.
     pub fn is_empty(&self) -> bool {
         self.sites.is_empty()
@@ -244,6 +249,7 @@ impl LoadCache {
             };
             layout.push(k.iter().copied(), site);
         }
+        crate::deadline::charge_layout_bytes(layout.bytes());
         Ok(layout)
     }
 
@@ -449,6 +455,9 @@ impl LoadCache {
                 out
             }
         };
+        // Counted against the request's key budget: a plan over a large key
+        // space holds a layout per operator, several plans one each.
+        crate::deadline::charge_layout_bytes(layout.bytes());
         Ok(Evaluated { layout: Arc::new(layout), loads: Arc::new(loads), products: makes_products(op) })
     }
 

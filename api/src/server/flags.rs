@@ -38,7 +38,8 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 10_000)]
     pub optimize_ms: u64,
     /// Most bytes of key sets one request's analysis may hold (filters and
-    /// key maps list the keys they keep); 503 past it.
+    /// key maps list the keys they keep), with the per-site layouts of its
+    /// candidate plans (a key's site per tuple); 503 past it.
     #[arg(long, default_value_t = 256 << 20)]
     pub analysis_memory_bytes: u64,
     /// Most wall time of one execution after its optimization, in milliseconds (503 past it).
