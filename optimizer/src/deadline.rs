@@ -184,14 +184,22 @@ pub fn share_keys(keys: Vec<Key>) -> Arc<Vec<Key>> {
             return same.clone();
         }
         let arity = keys.first().map_or(0, Vec::len);
-        scope.key_bytes += keys.len() as u64 * key_cost(arity);
+        let bytes = keys.len() as u64 * key_cost(arity);
         let shared = Arc::new(keys);
         bucket.push(shared.clone());
-        if scope.key_bytes > budget {
-            scope.over_key_budget = true;
-        }
+        scope.charge(bytes, budget);
         shared
     })
+}
+
+impl Scope {
+    /// Count `bytes` against the key budget `budget`; past it, [`expired`].
+    fn charge(&mut self, bytes: u64, budget: u64) {
+        self.key_bytes = self.key_bytes.saturating_add(bytes);
+        if self.key_bytes > budget {
+            self.over_key_budget = true;
+        }
+    }
 }
 
 /// Count `bytes` of per-site layouts ([`crate::loads`]: a key's site for
@@ -203,10 +211,7 @@ pub fn charge_layout_bytes(bytes: u64) {
         let mut c = c.borrow_mut();
         let Some(scope) = c.as_mut() else { return };
         let Some((budget, _)) = scope.deadline.key_bytes.clone() else { return };
-        scope.key_bytes = scope.key_bytes.saturating_add(bytes);
-        if scope.key_bytes > budget {
-            scope.over_key_budget = true;
-        }
+        scope.charge(bytes, budget);
     })
 }
 

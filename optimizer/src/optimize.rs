@@ -829,7 +829,8 @@ mod tests {
 
     /// An input with more keys than the per-site loads enumerate is refused
     /// before saturation as a limit, at its key bounds (it was an internal
-    /// error after saturation); one at the limit is optimized.
+    /// error after saturation); one at the limit is not refused for its keys
+    /// (without rules it then has no plan).
     #[test]
     fn an_input_with_too_many_keys_for_the_per_site_loads_is_a_limit_named_at_its_key_bounds() {
         let program = |rows: u64| {
