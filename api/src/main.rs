@@ -3,12 +3,14 @@
 
 use clap::{Parser, Subcommand, ValueEnum};
 use std::process::ExitCode;
+use tra_api::server::admission::human;
 use tra_optimizer::check::{check_plan, check_program};
 use tra_optimizer::compile::compile;
 use tra_optimizer::cost::{plan_report, Weights};
-use tra_optimizer::optimize::{optimize_with, Limits, OnRuleFailure, OptimizeError};
+use tra_optimizer::deadline::{self, Deadline};
+use tra_optimizer::optimize::{optimize_with, Limits, OnRuleFailure};
 use tra_optimizer::time::CostModel;
-use tra_optimizer::{Cluster, Program};
+use tra_optimizer::{Cluster, Program, ProgramError};
 
 /// The optimizer allocates many small, short-lived values (frontiers, keys,
 /// candidate plans); mimalloc serves them faster than the system allocator.
@@ -83,9 +85,16 @@ enum Command {
         /// Most e-graph nodes.
         #[arg(long, default_value_t = 200_000)]
         max_nodes: usize,
-        /// Most saturation time, in milliseconds.
+        /// Most wall time of the whole optimization (type checking, analysis,
+        /// saturation, extraction), in milliseconds; saturation takes at most
+        /// three quarters of it, as on the server (`tra serve --optimize-ms`).
         #[arg(long, default_value_t = 10_000)]
         max_ms: u64,
+        /// Most bytes of key sets the analysis may hold (filters and key maps
+        /// list the keys they keep), with the per-site layouts of the candidate
+        /// plans, as on the server (`tra serve --analysis-memory-bytes`).
+        #[arg(long, default_value_t = 256 << 20)]
+        analysis_memory_bytes: u64,
         /// Fail when a rewrite rule breaks an invariant of the optimizer,
         /// instead of optimizing again without it (and warning).
         #[arg(long)]
@@ -207,11 +216,17 @@ fn load(file: &str) -> Result<Program, String> {
 
 fn run(cli: Cli) -> Result<(), String> {
     match cli.command {
-        Command::Optimize { file, format, sites, max_nodes, max_ms, strict, cost } => {
-            let limits =
-                Limits { nodes: max_nodes, time: std::time::Duration::from_millis(max_ms), ..Limits::default() };
+        Command::Optimize { file, format, sites, max_nodes, max_ms, analysis_memory_bytes, strict, cost } => {
+            let time = std::time::Duration::from_millis(max_ms);
+            let limits = Limits { nodes: max_nodes, time, ..Limits::default() };
+            // One deadline for the whole optimization, and the analysis's memory
+            // budget, as the server sets them for a request.
+            let deadline = Deadline::after(time, format!("the --max-ms limit of {max_ms} ms")).with_key_budget(
+                analysis_memory_bytes,
+                format!("the --analysis-memory-bytes limit of {}", human(analysis_memory_bytes)),
+            );
             let on_failure = if strict { OnRuleFailure::Fail } else { OnRuleFailure::Retry };
-            optimize_cmd(&file, format, sites, &cost, limits, on_failure)
+            deadline::within(deadline, || optimize_cmd(&file, format, sites, &cost, limits, on_failure))
         }
         Command::Rules { format } => rules_cmd(format),
         Command::Run { run, cluster, format } => {
@@ -342,10 +357,8 @@ fn optimize_cmd(
     }
     cost.apply(&mut p)?;
     let rules = tra_rules::all();
-    let answer = optimize_with(&p, &rules, &limits, on_failure).map_err(|e| match e {
-        OptimizeError::Program(e) => report(&e),
-        other => format!("error: {other}"),
-    })?;
+    // `error [limit_exceeded]: …` for a limit, as a program error is reported.
+    let answer = optimize_with(&p, &rules, &limits, on_failure).map_err(|e| report(&ProgramError::from(&e)))?;
     for w in &answer.warnings {
         eprintln!("warning [{}] at {}: {}", w.code, w.at, w.message);
     }

@@ -95,6 +95,46 @@ fn errors_are_clear_and_exit_nonzero() {
     assert!(err.contains("unknown_kernel") && err.contains("Z.kernel") && err.contains("matMul"), "{err}");
 }
 
+/// `--max-ms` bounds the whole optimization and `--analysis-memory-bytes` the
+/// analysis's key sets and layouts, as the server's limits do; either ends
+/// with `error [limit_exceeded]`, never a crash (a deadline passing while the
+/// program was added to the e-graph exited with status 101 and no message).
+#[test]
+fn optimize_bounds_its_time_and_its_analysis_memory() {
+    let dir = std::env::temp_dir().join(format!("tra-cli-limits-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let big = dir.join("big.json");
+    // A million-key matmul: its per-site layouts need megabytes.
+    std::fs::write(
+        &big,
+        r#"{"inputs": {"X": {"key_bounds": [1024, 1024], "array_bounds": [4, 4]},
+                       "Y": {"key_bounds": [1024, 1], "array_bounds": [4, 4]}},
+            "nodes": {"XY": {"op": "join", "left": "X", "right": "Y", "left_keys": [1], "right_keys": [0], "kernel": "matMul"},
+                      "Z": {"op": "aggregate", "input": "XY", "group_by": [0, 2], "kernel": "matAdd"}},
+            "outputs": ["Z"], "cluster": {"sites": 4}}"#,
+    )
+    .unwrap();
+    let big = big.to_str().unwrap();
+    let (ok, _, err) = tra(&["optimize", big, "--analysis-memory-bytes", "1048576", "--max-ms", "120000"]);
+    assert!(!ok, "{err}");
+    assert!(err.starts_with("error [limit_exceeded]"), "{err}");
+    assert!(err.contains("--analysis-memory-bytes limit of 1.0 MiB"), "{err}");
+    for ms in ["1", "20", "200"] {
+        for model in ["network", "time"] {
+            let (ok, _, err) =
+                tra(&["optimize", "examples/ffnn-amazoncat.json", "--max-ms", ms, "--cost-model", model]);
+            if !ok {
+                assert!(
+                    err.starts_with("error [limit_exceeded]") && !err.contains("panicked"),
+                    "{ms} ms, {model}: {err}"
+                );
+            }
+        }
+    }
+    let (ok, _, err) = tra(&["optimize", "examples/ffnn-amazoncat.json", "--max-ms", "1"]);
+    assert!(!ok && err.starts_with("error [limit_exceeded]"), "1 ms is too little for any plan: {err}");
+}
+
 #[test]
 fn einsum_prints_a_summary_or_the_json_report() {
     let dir = std::env::temp_dir().join(format!("tra-cli-einsum-{}", std::process::id()));

@@ -364,7 +364,19 @@ fn attempt(
     // 400 of each), so that the sets do not grow one doubling at a time.
     eg.analysis.applied.reserve(256);
     eg.analysis.rejected.reserve(256);
-    let roots = add_program(&mut eg, p, &typed.order);
+    // Typing the program's nodes again as they are added stops at the
+    // deadline by unwinding out of egg's `make` (crate::deadline::Expired):
+    // a limit, like one passed during saturation.
+    let roots = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| add_program(&mut eg, p, &typed.order))) {
+        Ok(roots) => roots,
+        Err(payload) if crate::deadline::is_expired_payload(&*payload) => {
+            return Err(AttemptError::Error(OptimizeError::Limit(format!(
+                "{} while adding the program to the e-graph",
+                crate::deadline::reason()
+            ))));
+        }
+        Err(payload) => std::panic::resume_unwind(payload),
+    };
     let ordering: Vec<_> = rules.iter().filter(|r| r.ordering()).flat_map(|r| r.rewrites.iter()).collect();
     let lowering: Vec<_> = rules.iter().filter(|r| r.lowering()).flat_map(|r| r.rewrites.iter()).collect();
     let all: Vec<_> = rules.iter().filter(|r| !r.ordering()).flat_map(|r| r.rewrites.iter()).collect();
@@ -578,8 +590,14 @@ fn attempt(
                 seen.push(plan.clone());
                 let strategy = strategy_of(&eg, &extracted);
                 let net = plan_cost(&eg, &extracted, w);
-                let (seconds, bottleneck, sites) =
-                    scorer.score(&plan).map_err(|e| AttemptError::Error(OptimizeError::Internal(e)))?;
+                let (seconds, bottleneck, sites) = scorer.score(&plan).map_err(|e| {
+                    // Checking and scoring a plan stop at the deadline too: a limit, not a bug.
+                    AttemptError::Error(if crate::deadline::expired() {
+                        OptimizeError::Limit(format!("{} during extraction", crate::deadline::reason()))
+                    } else {
+                        OptimizeError::Internal(e)
+                    })
+                })?;
                 let total = match cluster.cost_model {
                     CostModel::Network => net.total,
                     CostModel::Time => seconds,
@@ -850,6 +868,33 @@ mod tests {
         assert!(e.message.contains("1049600 keys") && e.message.contains("1048576"), "{}", e.message);
         assert!(started.elapsed() < Duration::from_secs(2), "refused before any work");
         assert!(optimize(&program(1024), &rules, &Limits::default()).is_err_and(|e| !e.to_string().contains("keys")));
+    }
+
+    /// A deadline that passes while the program's nodes are added to the
+    /// e-graph (typing a filter enumerates its keys, and stops there) is a
+    /// limit: the unwind out of egg's `make` was not caught there, and `tra
+    /// optimize --max-ms 250` on an attention step with an 80 000-row Q exited
+    /// with status 101 and no message (the server: 500, "the optimizer crashed").
+    #[test]
+    fn a_deadline_passing_while_the_program_is_added_is_a_limit_not_a_crash() {
+        let p = Program::from_json(
+            r#"{"inputs": {"X": {"key_bounds": [100, 100], "array_bounds": [2]}},
+                "nodes": {"F": {"op": "filter", "input": "X", "predicate": "k0 == k1"},
+                          "Y": {"op": "rekey", "input": "F", "key": "[k0]"}},
+                "outputs": ["Y"], "cluster": {"sites": 4}}"#,
+        )
+        .unwrap();
+        let typed = check_program(&p).unwrap();
+        let passed = crate::deadline::Deadline::after(Duration::ZERO, "a test's limit");
+        let r = crate::deadline::within(passed, || attempt(&p, &typed, &[], &Limits::default(), Instant::now(), true));
+        match r {
+            Err(AttemptError::Error(OptimizeError::Limit(m))) => {
+                assert!(m.contains("a test's limit passed while adding the program"), "{m}")
+            }
+            Err(AttemptError::Error(e)) => panic!("expected a limit, got {e:?}"),
+            Err(AttemptError::Rule(f)) => panic!("expected a limit, got a rule failure: {}", f.message),
+            Ok(_) => panic!("expected a limit, got an answer"),
+        }
     }
 
     #[test]
