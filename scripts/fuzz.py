@@ -10,9 +10,9 @@ that breaks a promise, with the program that did it:
   for an odd one — a huge or negative number, a wrong type, a bogus name —,
   a number scaled, a node reference swapped), through `tra check`, `tra
   optimize` and `tra optimize --cost-model time`. Promise: exit status 0 or 1,
-  no panic, no "internal error", and done within the limits (`--max-ms 3000`:
+  no panic, no "internal error", and done within the limits (`--optimize-ms 3000`:
   nothing may take 10 s).
-- `deadline`: every example and both cost models under `--max-ms` from 1 ms
+- `deadline`: every example and both cost models under `--optimize-ms` from 1 ms
   up to the first answer. Promise: exit 0, or 1 with `error
   [limit_exceeded]` (wherever the deadline strikes: typing, adding the
   program to the e-graph, saturation, extraction, scoring).
@@ -98,8 +98,8 @@ def cli(args, rng):
     bad, bases = 0, [p for _, p in examples()]
     for _ in range(args.n):
         body = json.dumps(mutate(rng.choice(bases), rng))
-        for cmd in (["check", "-"], ["optimize", "-", "--format", "json", "--max-ms", "3000"],
-                    ["optimize", "-", "--cost-model", "time", "--max-ms", "3000"]):
+        for cmd in (["check", "-"], ["optimize", "-", "--format", "json", "--optimize-ms", "3000"],
+                    ["optimize", "-", "--cost-model", "time", "--optimize-ms", "3000"]):
             t = time.time()
             try:
                 r = subprocess.run([args.tra] + cmd, input=body, capture_output=True, text=True, timeout=20)
@@ -125,7 +125,7 @@ def deadline(args, rng):
             json.dump(p, open(f, "w"))
             for model in ("network", "time"):
                 for ms in steps:
-                    r = subprocess.run([args.tra, "optimize", f, "--max-ms", str(ms), "--cost-model", model],
+                    r = subprocess.run([args.tra, "optimize", f, "--optimize-ms", str(ms), "--cost-model", model],
                                        capture_output=True, text=True, timeout=120)
                     runs += 1
                     if r.returncode == 0:

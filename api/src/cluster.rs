@@ -424,7 +424,7 @@ pub fn run_cluster_command(args: &RunArgs, cluster: &ClusterArgs) -> Result<Stri
     let (inputs, outputs, dtype) = crate::run::files_and_dtype(&p, args)?;
     let layouts = crate::run::output_layouts(&p, args, &outputs)?;
 
-    let (answer, optimize_ms) = crate::run::optimize_timed(&p, args.strict)?;
+    let (answer, optimize_ms) = crate::run::optimize_timed(&p, args.strict, &args.bounds)?;
     let choice = crate::run::PlanChoice { plan: cluster.plan.clone(), alternative: cluster.alternative.clone() };
     let chosen = crate::run::choose_plan(&p, Some(&answer), &choice)?;
     let (plan, label, predicted_floats) = (chosen.plan, chosen.label, chosen.network_floats);

@@ -32,7 +32,7 @@ use tra_einsum::{
 };
 use tra_executor::npy;
 use tra_executor::reference::{AnyLayout, Relation};
-use tra_optimizer::optimize::{optimize_with, Limits, OnRuleFailure, OptimizeError};
+use tra_optimizer::optimize::{optimize_with, OnRuleFailure};
 use tra_optimizer::rule::RuleDef;
 use tra_optimizer::{Cluster, ProgramError};
 
@@ -327,6 +327,9 @@ pub struct EinsumArgs {
     /// of optimizing again without it (and warning).
     #[arg(long)]
     pub strict: bool,
+    /// Time and memory of the optimization (choosing the contraction order included).
+    #[command(flatten)]
+    pub bounds: crate::optimize_limits::OptimizeLimitArgs,
 }
 
 /// An einsum error for a terminal: the message and a caret under the position.
@@ -397,14 +400,16 @@ pub fn einsum_command(args: EinsumArgs) -> Result<String, String> {
         output: out_name,
         cluster: Some(cluster),
     };
-    let compiled = compile(&req, &Options::new(rules())).map_err(|e| cli_error(&e))?;
-    let compile_ms = t_start.elapsed().as_secs_f64() * 1e3;
-
-    let t_opt = Instant::now();
+    // One deadline for choosing the contraction order and optimizing (the
+    // order search falls back to its estimates once the deadline has passed).
     let on_failure = if args.strict { OnRuleFailure::Fail } else { OnRuleFailure::Retry };
-    let answer = optimize_with(&compiled.program, rules(), &Limits::default(), on_failure).map_err(|e| match e {
-        OptimizeError::Program(e) => program_error(&e),
-        other => format!("error: {other}"),
+    let (compiled, compile_ms, t_opt, answer) = args.bounds.within(|| {
+        let compiled = compile(&req, &Options::new(rules())).map_err(|e| cli_error(&e))?;
+        let compile_ms = t_start.elapsed().as_secs_f64() * 1e3;
+        let t_opt = Instant::now();
+        let answer = optimize_with(&compiled.program, rules(), &args.bounds.limits(), on_failure)
+            .map_err(|e| program_error(&ProgramError::from(&e)))?;
+        Ok::<_, String>((compiled, compile_ms, t_opt, answer))
     })?;
     for w in &answer.warnings {
         eprintln!("warning [{}] at {}: {}", w.code, w.at, w.message);

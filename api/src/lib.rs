@@ -8,6 +8,7 @@ pub mod cluster;
 pub mod cost_model;
 pub mod einsum;
 pub mod examples;
+pub mod optimize_limits;
 pub mod run;
 pub mod server;
 pub mod sigpipe;

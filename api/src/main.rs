@@ -3,11 +3,9 @@
 
 use clap::{Parser, Subcommand, ValueEnum};
 use std::process::ExitCode;
-use tra_api::server::admission::human;
 use tra_optimizer::check::{check_plan, check_program};
 use tra_optimizer::compile::compile;
 use tra_optimizer::cost::{plan_report, Weights};
-use tra_optimizer::deadline::{self, Deadline};
 use tra_optimizer::optimize::{optimize_with, Limits, OnRuleFailure};
 use tra_optimizer::time::CostModel;
 use tra_optimizer::{Cluster, Program, ProgramError};
@@ -85,16 +83,9 @@ enum Command {
         /// Most e-graph nodes.
         #[arg(long, default_value_t = 200_000)]
         max_nodes: usize,
-        /// Most wall time of the whole optimization (type checking, analysis,
-        /// saturation, extraction), in milliseconds; saturation takes at most
-        /// three quarters of it, as on the server (`tra serve --optimize-ms`).
-        #[arg(long, default_value_t = 10_000)]
-        max_ms: u64,
-        /// Most bytes of key sets the analysis may hold (filters and key maps
-        /// list the keys they keep), with the per-site layouts of the candidate
-        /// plans, as on the server (`tra serve --analysis-memory-bytes`).
-        #[arg(long, default_value_t = 256 << 20)]
-        analysis_memory_bytes: u64,
+        /// Time and memory of the optimization.
+        #[command(flatten)]
+        bounds: tra_api::optimize_limits::OptimizeLimitArgs,
         /// Fail when a rewrite rule breaks an invariant of the optimizer,
         /// instead of optimizing again without it (and warning).
         #[arg(long)]
@@ -216,17 +207,12 @@ fn load(file: &str) -> Result<Program, String> {
 
 fn run(cli: Cli) -> Result<(), String> {
     match cli.command {
-        Command::Optimize { file, format, sites, max_nodes, max_ms, analysis_memory_bytes, strict, cost } => {
-            let time = std::time::Duration::from_millis(max_ms);
-            let limits = Limits { nodes: max_nodes, time, ..Limits::default() };
-            // One deadline for the whole optimization, and the analysis's memory
-            // budget, as the server sets them for a request.
-            let deadline = Deadline::after(time, format!("the --max-ms limit of {max_ms} ms")).with_key_budget(
-                analysis_memory_bytes,
-                format!("the --analysis-memory-bytes limit of {}", human(analysis_memory_bytes)),
-            );
+        Command::Optimize { file, format, sites, max_nodes, bounds, strict, cost } => {
+            let limits = Limits { nodes: max_nodes, ..bounds.limits() };
             let on_failure = if strict { OnRuleFailure::Fail } else { OnRuleFailure::Retry };
-            deadline::within(deadline, || optimize_cmd(&file, format, sites, &cost, limits, on_failure))
+            // One deadline for the whole optimization, and the analysis's
+            // memory budget, as the server sets them for a request.
+            bounds.within(|| optimize_cmd(&file, format, sites, &cost, limits, on_failure))
         }
         Command::Rules { format } => rules_cmd(format),
         Command::Run { run, cluster, format } => {

@@ -17,7 +17,7 @@ use tra_executor::npy::{self, Layout};
 use tra_executor::threads::{Dtype, Elem, Progress, RunOptions, TRelation, ThreadRuntime};
 use tra_optimizer::check::check_plan;
 use tra_optimizer::cost::{plan_report, Weights};
-use tra_optimizer::optimize::{optimize_with, Limits, OnRuleFailure, OptimizeAnswer, OptimizeError};
+use tra_optimizer::optimize::{optimize_with, OnRuleFailure, OptimizeAnswer};
 use tra_optimizer::{Cluster, Plan, Program, ProgramError};
 
 /// Arguments of `tra run`.
@@ -66,6 +66,9 @@ pub struct RunArgs {
     /// The cost model and the cluster profile.
     #[command(flatten)]
     pub cost: crate::cost_model::CostModelArgs,
+    /// Time and memory of the optimization (the run has no time limit).
+    #[command(flatten)]
+    pub bounds: crate::optimize_limits::OptimizeLimitArgs,
 }
 
 /// Which plan a run executes: the optimizer's choice (the default), the
@@ -268,17 +271,20 @@ pub fn files_and_dtype(
     Ok((inputs, outputs, dtype))
 }
 
-/// Optimize a program with every rule under the default limits; the answer
-/// and the milliseconds it took, errors worded for the command line. A rule
-/// that fails is left out and warned about on standard error (the warnings
-/// are in the answer too), unless `strict`.
-pub fn optimize_timed(p: &Program, strict: bool) -> Result<(OptimizeAnswer, f64), String> {
+/// Optimize a program with every rule within `bounds`; the answer and the
+/// milliseconds it took, errors worded for the command line. A rule that
+/// fails is left out and warned about on standard error (the warnings are
+/// in the answer too), unless `strict`.
+pub fn optimize_timed(
+    p: &Program,
+    strict: bool,
+    bounds: &crate::optimize_limits::OptimizeLimitArgs,
+) -> Result<(OptimizeAnswer, f64), String> {
     let t = Instant::now();
     let on_failure = if strict { OnRuleFailure::Fail } else { OnRuleFailure::Retry };
-    let answer = optimize_with(p, &tra_rules::all(), &Limits::default(), on_failure).map_err(|e| match e {
-        OptimizeError::Program(e) => report(&e),
-        other => format!("error: {other}"),
-    })?;
+    let answer = bounds
+        .within(|| optimize_with(p, &tra_rules::all(), &bounds.limits(), on_failure))
+        .map_err(|e| report(&ProgramError::from(&e)))?;
     for w in &answer.warnings {
         eprintln!("warning [{}] at {}: {}", w.code, w.at, w.message);
     }
@@ -411,7 +417,7 @@ pub fn run_command_with(args: RunArgs, choice: &PlanChoice) -> Result<String, St
 
     let (answer, optimize_ms) = match choice.plan {
         Some(_) => (None, 0.0),
-        None => optimize_timed(&p, args.strict).map(|(a, ms)| (Some(a), ms))?,
+        None => optimize_timed(&p, args.strict, &args.bounds).map(|(a, ms)| (Some(a), ms))?,
     };
     let chosen = choose_plan(&p, answer.as_ref(), choice)?;
     let warnings = answer.as_ref().map(|a| a.warnings.clone()).unwrap_or_default();

@@ -36,6 +36,7 @@ fn args(expr: &str, inputs: Vec<String>, output: Option<String>, block: usize, e
         executor: executor.into(),
         show_program: false,
         strict: true,
+        bounds: Default::default(),
     }
 }
 
@@ -68,6 +69,21 @@ fn cli_matmul_with_padding_writes_the_cropped_result() {
         let got = npy::read_array::<f64>(std::path::Path::new(&out)).unwrap();
         assert_eq!(got, want, "{executor}");
     }
+}
+
+/// `tra einsum`'s optimization (its contraction order included) is bounded
+/// like `tra optimize`'s: past `--optimize-ms`, a limit naming the flag.
+#[test]
+fn cli_optimization_is_bounded() {
+    let dir = TempDir::new("einsum-test-bounds");
+    let pa = write(&dir, "a.npy", &array(&[5, 7], 1));
+    let pb = write(&dir, "b.npy", &array(&[7, 3], 2));
+    let out = dir.s("c.npy");
+    let mut a = args("ij,jk->ik", vec![format!("A={pa}"), format!("B={pb}")], Some(format!("C={out}")), 2, "threads");
+    a.bounds.optimize_ms = 0;
+    let e = einsum_command(a).unwrap_err();
+    assert!(e.contains("limit_exceeded") && e.contains("--optimize-ms limit of 0 ms"), "{e}");
+    assert!(!std::path::Path::new(&out).exists(), "nothing is run");
 }
 
 #[test]

@@ -37,6 +37,7 @@ fn args(dir: &TempDir, inputs: &[(&str, &str)], outputs: &[(&str, &str)]) -> Run
         no_progress: true,
         strict: true,
         cost: Default::default(),
+        bounds: Default::default(),
     }
 }
 
@@ -227,6 +228,21 @@ fn clear_errors() {
     assert!(e.contains("NAME=FILE.npy"), "{e}");
     let e = run_command(RunArgs { file: dir.s("missing.json"), ..args(&dir, &[], &[]) }).unwrap_err();
     assert!(e.contains("cannot read"), "{e}");
+}
+
+/// The optimization of a run is bounded as `tra optimize`'s and the
+/// server's are (`--optimize-ms`, `--analysis-memory-bytes`): past either, a
+/// limit naming the flag, and nothing run.
+#[test]
+fn the_optimization_of_a_run_is_bounded() {
+    let (dir, _) = setup("bounds");
+    let io = |d: &TempDir| args(d, &[("X", "x.npy"), ("Y", "y.npy")], &[("Z", "z.npy")]);
+    let at_once = tra_api::optimize_limits::OptimizeLimitArgs { optimize_ms: 0, ..Default::default() };
+    let e = run_command(RunArgs { bounds: at_once, ..io(&dir) }).unwrap_err();
+    assert!(e.starts_with("error [limit_exceeded]") && e.contains("--optimize-ms limit of 0 ms"), "{e}");
+    assert!(!dir.path("z.npy").exists(), "nothing is run");
+    run_command(io(&dir)).unwrap();
+    assert!(dir.path("z.npy").exists());
 }
 
 /// The plan of the optimizer's answer for MATMUL whose label contains `text`, as plan JSON.
