@@ -16,18 +16,23 @@ pub struct OptimizeLimitArgs {
     /// Most wall time of the optimization (type checking, analysis,
     /// saturation, extraction), in milliseconds; saturation takes at most
     /// three quarters of it, as on the server.
-    #[arg(long = "optimize-ms", visible_alias = "max-ms", default_value_t = 10_000)]
+    #[arg(long = "optimize-ms", visible_alias = "max-ms", default_value_t = OptimizeLimitArgs::default().optimize_ms)]
     pub optimize_ms: u64,
     /// Most bytes of key sets the analysis may hold (filters and key maps
     /// list the keys they keep), with the per-site layouts of the candidate
     /// plans, as on the server.
-    #[arg(long, default_value_t = 256 << 20)]
+    #[arg(long, default_value_t = OptimizeLimitArgs::default().analysis_memory_bytes)]
     pub analysis_memory_bytes: u64,
 }
 
+/// The server's defaults.
 impl Default for OptimizeLimitArgs {
     fn default() -> Self {
-        OptimizeLimitArgs { optimize_ms: 10_000, analysis_memory_bytes: 256 << 20 }
+        let server = crate::server::ServerConfig::default();
+        OptimizeLimitArgs {
+            optimize_ms: server.optimize_time.as_millis() as u64,
+            analysis_memory_bytes: server.analysis_memory_bytes,
+        }
     }
 }
 

@@ -347,6 +347,12 @@ fn check_enumerable_inputs(p: &Program, typed: &TypedProgram) -> Result<(), Opti
     Ok(())
 }
 
+/// The request's deadline (or analysis memory budget) passed `when` (`"during
+/// saturation"`): a limit, worded with its reason.
+fn passed(when: &str) -> AttemptError {
+    AttemptError::Error(OptimizeError::Limit(format!("{} {when}", crate::deadline::reason())))
+}
+
 /// Saturate with `rules` and extract: one attempt of [`optimize_with`].
 fn attempt(
     p: &Program,
@@ -370,10 +376,7 @@ fn attempt(
     let roots = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| add_program(&mut eg, p, &typed.order))) {
         Ok(roots) => roots,
         Err(payload) if crate::deadline::is_expired_payload(&*payload) => {
-            return Err(AttemptError::Error(OptimizeError::Limit(format!(
-                "{} while adding the program to the e-graph",
-                crate::deadline::reason()
-            ))));
+            return Err(passed("while adding the program to the e-graph"));
         }
         Err(payload) => std::panic::resume_unwind(payload),
     };
@@ -490,10 +493,7 @@ fn attempt(
     set_current_rule("program");
     if crate::deadline::expired() {
         // The deadline's own unwind (see `crate::deadline`) lands here too.
-        return Err(AttemptError::Error(OptimizeError::Limit(format!(
-            "{} during saturation",
-            crate::deadline::reason()
-        ))));
+        return Err(passed("during saturation"));
     }
     let (eg, roots, pruned, iterations, stop) = run.map_err(|message| {
         let (rules, while_rebuilding, at) = match take_merge_failure() {
@@ -531,12 +531,7 @@ fn attempt(
                 cost_sets.push(c.in_turn());
                 stage = Some(c);
             }
-            None => {
-                return Err(AttemptError::Error(OptimizeError::Limit(format!(
-                    "{} during extraction",
-                    crate::deadline::reason()
-                ))))
-            }
+            None => return Err(passed("during extraction")),
         }
     }
     for weights in candidate_weights(cluster.cost_model, w, &cluster.profile()) {
@@ -568,10 +563,7 @@ fn attempt(
                 choices.push(again);
             }
             if crate::deadline::expired() {
-                return Err(AttemptError::Error(OptimizeError::Limit(format!(
-                    "{} during extraction",
-                    crate::deadline::reason()
-                ))));
+                return Err(passed("during extraction"));
             }
             for choice in choices {
                 let extracted = match choice.plan(&eg, &roots) {
@@ -590,13 +582,13 @@ fn attempt(
                 seen.push(plan.clone());
                 let strategy = strategy_of(&eg, &extracted);
                 let net = plan_cost(&eg, &extracted, w);
+                // Checking and scoring a plan stop at the deadline too: a limit, not a bug.
                 let (seconds, bottleneck, sites) = scorer.score(&plan).map_err(|e| {
-                    // Checking and scoring a plan stop at the deadline too: a limit, not a bug.
-                    AttemptError::Error(if crate::deadline::expired() {
-                        OptimizeError::Limit(format!("{} during extraction", crate::deadline::reason()))
+                    if crate::deadline::expired() {
+                        passed("during extraction")
                     } else {
-                        OptimizeError::Internal(e)
-                    })
+                        AttemptError::Error(OptimizeError::Internal(e))
+                    }
                 })?;
                 let total = match cluster.cost_model {
                     CostModel::Network => net.total,
