@@ -50,6 +50,18 @@
 //!   of ready operands adds about 0.1 ms; taking a single small shuffle's
 //!   time as the latency charged those 8 ms per level of exchange.
 //!
+//! **A busy machine is reported.** Each measurement keeps the best of its
+//! repetitions, which filters out a moment's disturbance but not another
+//! program that keeps the processors busy throughout: in a series of
+//! calibrations on a two-core machine shared with other work, one read 4.8e10
+//! flop/s per site where the others read 6.2–7.3e10, and a profile is only
+//! as good as its figures. With `--processes`, the calibration compares the processor time of the
+//! whole machine over its run (`/proc/stat`) with its own and its job
+//! processes' (`getrusage`); when other programs took more than a tenth of
+//! the machine's processors, or the hypervisor more than a tenth (steal), it
+//! says so in a warning, with the share, and the profile should be measured
+//! again.
+//!
 //! The inputs are `.npy` files written into `--dir` (with `--hosts`, a
 //! directory every worker sees at the same path, inside their `--data-dir`;
 //! by default the host file's directory), removed afterwards.
@@ -118,6 +130,88 @@ pub struct Calibration {
     pub exchange_intercept_seconds: f64,
     /// Seconds the whole calibration took.
     pub seconds: f64,
+    /// What made the figures doubtful (another program busy on this machine
+    /// while they were measured).
+    pub warnings: Vec<String>,
+}
+
+/// The share of the machine's processors that others may take while a
+/// calibration measures before it warns.
+const BUSY_WARNING: f64 = 0.10;
+
+/// Processor seconds of the whole machine so far, from the first line of
+/// `/proc/stat`: busy (user, nice, system, irq, softirq) and stolen by the
+/// hypervisor, with the number of processors it counts.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct MachineCpu {
+    busy: f64,
+    steal: f64,
+    processors: usize,
+}
+
+fn parse_proc_stat(text: &str, ticks_per_second: f64) -> Option<MachineCpu> {
+    let total = text.lines().find(|l| l.starts_with("cpu "))?;
+    let v: Vec<u64> = total.split_whitespace().skip(1).map(|x| x.parse().ok()).collect::<Option<_>>()?;
+    let at = |i: usize| v.get(i).copied().unwrap_or(0);
+    let processors = text
+        .lines()
+        .filter(|l| l.strip_prefix("cpu").and_then(|r| r.chars().next()).is_some_and(|c| c.is_ascii_digit()))
+        .count();
+    (v.len() >= 4 && processors > 0 && ticks_per_second > 0.0).then(|| MachineCpu {
+        busy: (at(0) + at(1) + at(2) + at(5) + at(6)) as f64 / ticks_per_second,
+        steal: at(7) as f64 / ticks_per_second,
+        processors,
+    })
+}
+
+fn machine_cpu() -> Option<MachineCpu> {
+    // SAFETY: sysconf takes no pointers.
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    parse_proc_stat(&std::fs::read_to_string("/proc/stat").ok()?, ticks as f64)
+}
+
+/// Processor seconds of this process and of its children that have ended
+/// (the job processes a local calibration starts and waits for).
+fn own_cpu() -> f64 {
+    let seconds = |who| {
+        // SAFETY: getrusage writes into the zeroed struct it is given.
+        let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+        if unsafe { libc::getrusage(who, &mut u) } != 0 {
+            return 0.0;
+        }
+        let t = |v: libc::timeval| v.tv_sec as f64 + v.tv_usec as f64 / 1e6;
+        t(u.ru_utime) + t(u.ru_stime)
+    };
+    seconds(libc::RUSAGE_SELF) + seconds(libc::RUSAGE_CHILDREN)
+}
+
+/// The warnings of a local calibration that ran `wall` seconds, from the
+/// machine's and its own processor time before and after.
+fn busy_warnings(before: MachineCpu, after: MachineCpu, own: f64, wall: f64) -> Vec<String> {
+    let capacity = wall * after.processors as f64;
+    if capacity <= 0.0 {
+        return Vec::new();
+    }
+    let others = ((after.busy - before.busy - own) / capacity).max(0.0);
+    let steal = ((after.steal - before.steal) / capacity).max(0.0);
+    let mut out = Vec::new();
+    if others > BUSY_WARNING {
+        out.push(format!(
+            "other programs used {:.0}% of this machine's {} processors while the calibration measured: the \
+             figures are likely too slow; measure again when the machine is quiet",
+            100.0 * others,
+            after.processors
+        ));
+    }
+    if steal > BUSY_WARNING {
+        out.push(format!(
+            "the hypervisor took {:.0}% of this machine's {} processors (steal time) while the calibration \
+             measured: the figures are likely too slow; measure again when the host is quiet",
+            100.0 * steal,
+            after.processors
+        ));
+    }
+    out
 }
 
 /// Shuffles in the chain that measures an exchange's latency.
@@ -307,6 +401,8 @@ pub fn calibrate(args: &CalibrateArgs) -> Result<Calibration, String> {
     };
     let dir = std::path::absolute(&dir).map_err(|e| format!("--dir {}: {e}", dir.display()))?;
     let start = Instant::now();
+    let local = matches!(target, Target::Local { .. });
+    let (machine_before, own_before) = (machine_cpu().filter(|_| local), own_cpu());
     let mut runner =
         Runner { target: &target, files: Files { dir, made: Vec::new(), remove_dir }, gemm: String::new() };
 
@@ -457,6 +553,12 @@ pub fn calibrate(args: &CalibrateArgs) -> Result<Calibration, String> {
         exchange_latency_seconds: exchange_latency,
         exchange_intercept_seconds: intercept,
         seconds: start.elapsed().as_secs_f64(),
+        warnings: match (machine_before, machine_cpu()) {
+            (Some(before), Some(after)) => {
+                busy_warnings(before, after, own_cpu() - own_before, start.elapsed().as_secs_f64())
+            }
+            _ => Vec::new(),
+        },
     })
 }
 
@@ -467,4 +569,35 @@ fn median(xs: &[f64]) -> f64 {
     let mut v = xs.to_vec();
     v.sort_by(|a, b| a.total_cmp(b));
     v[v.len() / 2]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{busy_warnings, parse_proc_stat, MachineCpu};
+
+    const STAT: &str = "cpu  100 20 30 4000 5 6 7 8 0 0\ncpu0 50 10 15 2000 2 3 3 4 0 0\n\
+                        cpu1 50 10 15 2000 3 3 4 4 0 0\nintr 12345\nctxt 999\n";
+
+    #[test]
+    fn the_machine_time_is_read_from_the_first_line_of_proc_stat() {
+        let m = parse_proc_stat(STAT, 100.0).unwrap();
+        // user + nice + system + irq + softirq; steal apart; cpu0 and cpu1.
+        assert_eq!(m, MachineCpu { busy: 1.63, steal: 0.08, processors: 2 });
+        assert_eq!(parse_proc_stat("intr 1\n", 100.0), None);
+        assert_eq!(parse_proc_stat("cpu  1 x 3 4\ncpu0 1 2 3 4\n", 100.0), None);
+        assert_eq!(parse_proc_stat(STAT, 0.0), None);
+    }
+
+    #[test]
+    fn a_calibration_beside_another_busy_program_is_warned_about() {
+        let at = |busy: f64, steal: f64| MachineCpu { busy, steal, processors: 2 };
+        // 10 s on 2 processors; the calibration itself used 12 s.
+        assert!(busy_warnings(at(0.0, 0.0), at(13.0, 0.5), 12.0, 10.0).is_empty());
+        let w = busy_warnings(at(0.0, 0.0), at(19.0, 0.0), 12.0, 10.0);
+        assert_eq!(w.len(), 1);
+        assert!(w[0].contains("other programs used 35% of this machine's 2 processors"), "{w:?}");
+        let w = busy_warnings(at(0.0, 0.0), at(12.0, 3.0), 12.0, 10.0);
+        assert!(w.len() == 1 && w[0].contains("hypervisor took 15%"), "{w:?}");
+        assert!(busy_warnings(at(0.0, 0.0), at(19.0, 0.0), 12.0, 0.0).is_empty());
+    }
 }

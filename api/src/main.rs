@@ -248,6 +248,9 @@ fn run(cli: Cli) -> Result<(), String> {
                     c.seconds
                 );
             }
+            for w in &c.warnings {
+                eprintln!("warning: {w}");
+            }
             println!("{}", serde_json::to_string_pretty(&c.profile).expect("JSON"));
             Ok(())
         }

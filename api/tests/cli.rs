@@ -196,6 +196,35 @@ fn calibrate_prints_a_profile_that_optimize_takes() {
 }
 
 #[test]
+fn calibrate_warns_when_another_program_keeps_the_machine_busy() {
+    // Two threads of this test spinning throughout: more than a tenth of any
+    // machine this runs on with two to sixteen processors.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let spinners: Vec<_> = (0..2)
+        .map(|_| {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let mut x = 0u64;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+                }
+            })
+        })
+        .collect();
+    let (ok, out, err) = tra(&["calibrate", "--processes", "2", "--reps", "1", "--block", "64"]);
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    spinners.into_iter().for_each(|t| t.join().unwrap());
+    assert!(ok, "{err}");
+    // Still a profile, with the reason to doubt it.
+    let profile: serde_json::Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    assert!(profile["site_flops_per_second"].as_f64().unwrap() > 0.0, "{out}");
+    assert!(
+        err.contains("warning: other programs used") && err.contains("measure again when the machine is quiet"),
+        "{err}"
+    );
+}
+
+#[test]
 fn calibrate_names_what_is_wrong_with_its_arguments() {
     let (ok, _, err) = tra(&["calibrate", "--processes", "2", "--block", "0"]);
     assert!(!ok && err.contains("--block 0") && err.contains("between 16 and 4096"), "{err}");
