@@ -52,15 +52,15 @@
 //!
 //! **A busy machine is reported.** Each measurement keeps the best of its
 //! repetitions, which filters out a moment's disturbance but not another
-//! program that keeps the processors busy throughout: in a series of
-//! calibrations on a two-core machine shared with other work, one read 4.8e10
-//! flop/s per site where the others read 6.2–7.3e10, and a profile is only
-//! as good as its figures. With `--processes`, the calibration compares the processor time of the
-//! whole machine over its run (`/proc/stat`) with its own and its job
-//! processes' (`getrusage`); when other programs took more than a tenth of
-//! the machine's processors, or the hypervisor more than a tenth (steal), it
-//! says so in a warning, with the share, and the profile should be measured
-//! again.
+//! program that keeps the processors busy throughout. With `--processes`,
+//! the calibration compares the processor time of the whole machine over its
+//! run (`/proc/stat`) with its own and its job processes' (`getrusage`); when
+//! other programs took more than a tenth of the machine's processors, or the
+//! hypervisor more than a tenth (steal), it says so in a warning, with the
+//! share, and the profile should be measured again. What a virtual machine
+//! cannot see is not caught: on a two-core one, calibrations the same day
+//! read 4.4e10–7.3e10 GEMM flop/s per site with no steal and nothing else
+//! running (a host's other guests share its caches and memory).
 //!
 //! The inputs are `.npy` files written into `--dir` (with `--hosts`, a
 //! directory every worker sees at the same path, inside their `--data-dir`;
