@@ -57,10 +57,10 @@
 //! run (`/proc/stat`) with its own and its job processes' (`getrusage`); when
 //! other programs took more than a tenth of the machine's processors, or the
 //! hypervisor more than a tenth (steal), it says so in a warning, with the
-//! share, and the profile should be measured again. What a virtual machine
-//! cannot see is not caught: on a two-core one, calibrations the same day
-//! read 4.4e10–7.3e10 GEMM flop/s per site with no steal and nothing else
-//! running (a host's other guests share its caches and memory).
+//! share, and the profile should be measured again. Variation it cannot
+//! see is not caught: on a two-core virtual machine, calibrations the same
+//! day read 4.4e10–7.3e10 GEMM flop/s per site (256² blocks, both processes
+//! multiplying at once) with no steal and nothing else running.
 //!
 //! The inputs are `.npy` files written into `--dir` (with `--hosts`, a
 //! directory every worker sees at the same path, inside their `--data-dir`;
