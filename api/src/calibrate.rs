@@ -57,7 +57,9 @@
 //! run (`/proc/stat`) with its own and its job processes' (`getrusage`); when
 //! other programs took more than a tenth of the machine's processors, or the
 //! hypervisor more than a tenth (steal), it says so in a warning, with the
-//! share, and the profile should be measured again. Variation it cannot
+//! share, and the profile should be measured again (not in a container
+//! allowed fewer processors than the host has: the others' time may be on
+//! processors the calibration never used). Variation it cannot
 //! see is not caught: on a two-core virtual machine, calibrations the same
 //! day read 4.4e10–7.3e10 GEMM flop/s per site (256² blocks, both processes
 //! multiplying at once) with no steal and nothing else running.
@@ -186,10 +188,14 @@ fn own_cpu() -> f64 {
 }
 
 /// The warnings of a local calibration that ran `wall` seconds, from the
-/// machine's and its own processor time before and after.
-fn busy_warnings(before: MachineCpu, after: MachineCpu, own: f64, wall: f64) -> Vec<String> {
+/// machine's and its own processor time before and after. `usable`: the
+/// processors this process may run on (its affinity and its cgroup's quota);
+/// with fewer than `/proc/stat` counts (a container on a larger host) the
+/// others' time may be spent on processors the calibration never used, and
+/// nothing is said.
+fn busy_warnings(before: MachineCpu, after: MachineCpu, own: f64, wall: f64, usable: usize) -> Vec<String> {
     let capacity = wall * after.processors as f64;
-    if capacity <= 0.0 {
+    if capacity <= 0.0 || usable < after.processors {
         return Vec::new();
     }
     let others = ((after.busy - before.busy - own) / capacity).max(0.0);
@@ -555,7 +561,8 @@ pub fn calibrate(args: &CalibrateArgs) -> Result<Calibration, String> {
         seconds: start.elapsed().as_secs_f64(),
         warnings: match (machine_before, machine_cpu()) {
             (Some(before), Some(after)) => {
-                busy_warnings(before, after, own_cpu() - own_before, start.elapsed().as_secs_f64())
+                let usable = std::thread::available_parallelism().map_or(0, usize::from);
+                busy_warnings(before, after, own_cpu() - own_before, start.elapsed().as_secs_f64(), usable)
             }
             _ => Vec::new(),
         },
@@ -592,12 +599,15 @@ mod tests {
     fn a_calibration_beside_another_busy_program_is_warned_about() {
         let at = |busy: f64, steal: f64| MachineCpu { busy, steal, processors: 2 };
         // 10 s on 2 processors; the calibration itself used 12 s.
-        assert!(busy_warnings(at(0.0, 0.0), at(13.0, 0.5), 12.0, 10.0).is_empty());
-        let w = busy_warnings(at(0.0, 0.0), at(19.0, 0.0), 12.0, 10.0);
+        assert!(busy_warnings(at(0.0, 0.0), at(13.0, 0.5), 12.0, 10.0, 2).is_empty());
+        let w = busy_warnings(at(0.0, 0.0), at(19.0, 0.0), 12.0, 10.0, 2);
         assert_eq!(w.len(), 1);
         assert!(w[0].contains("other programs used 35% of this machine's 2 processors"), "{w:?}");
-        let w = busy_warnings(at(0.0, 0.0), at(12.0, 3.0), 12.0, 10.0);
+        let w = busy_warnings(at(0.0, 0.0), at(12.0, 3.0), 12.0, 10.0, 2);
         assert!(w.len() == 1 && w[0].contains("hypervisor took 15%"), "{w:?}");
-        assert!(busy_warnings(at(0.0, 0.0), at(19.0, 0.0), 12.0, 0.0).is_empty());
+        assert!(busy_warnings(at(0.0, 0.0), at(19.0, 0.0), 12.0, 0.0, 2).is_empty());
+        // A container allowed 1 of the host's 2 processors: the others' time
+        // may be on the other one.
+        assert!(busy_warnings(at(0.0, 0.0), at(19.0, 3.0), 12.0, 10.0, 1).is_empty());
     }
 }
