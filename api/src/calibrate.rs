@@ -175,16 +175,8 @@ fn machine_cpu() -> Option<MachineCpu> {
 /// Processor seconds of this process and of its children that have ended
 /// (the job processes a local calibration starts and waits for).
 fn own_cpu() -> f64 {
-    let seconds = |who| {
-        // SAFETY: getrusage writes into the zeroed struct it is given.
-        let mut u: libc::rusage = unsafe { std::mem::zeroed() };
-        if unsafe { libc::getrusage(who, &mut u) } != 0 {
-            return 0.0;
-        }
-        let t = |v: libc::timeval| v.tv_sec as f64 + v.tv_usec as f64 / 1e6;
-        t(u.ru_utime) + t(u.ru_stime)
-    };
-    seconds(libc::RUSAGE_SELF) + seconds(libc::RUSAGE_CHILDREN)
+    use tra_executor::cluster::dataflow::rusage_cpu_ns;
+    (rusage_cpu_ns(libc::RUSAGE_SELF) + rusage_cpu_ns(libc::RUSAGE_CHILDREN)) as f64 / 1e9
 }
 
 /// The warnings of a local calibration that ran `wall` seconds, from the
