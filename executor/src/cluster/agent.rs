@@ -141,8 +141,9 @@ pub enum AgentEvent {
     Done {
         /// Process index.
         process: usize,
-        /// Process 0's report.
-        report: Option<JobReport>,
+        /// Process 0's report (boxed: it is much larger than the other
+        /// answers).
+        report: Option<Box<JobReport>>,
     },
     /// The outputs are in place.
     Committed {
@@ -472,7 +473,7 @@ fn serve_job(
     match result {
         Ok(report) => {
             tracing::info!(process, "job {token:016x}: done");
-            send(&mut stream, &session, &AgentEvent::Done { process, report })
+            send(&mut stream, &session, &AgentEvent::Done { process, report: report.map(Box::new) })
                 .map_err(|e| format!("job {token:016x}: cannot answer the client: {e}"))?;
             if process != 0 {
                 return Ok(());
@@ -677,7 +678,7 @@ fn run_hosts_once(spec: &JobSpec, hosts: &[Host], secret: &Secret, timeout: Dura
             Ok((i, Ok(Some(AgentEvent::Done { report: r, .. })))) => {
                 finished[i] = true;
                 if i == 0 {
-                    report = r;
+                    report = r.map(|r| *r);
                 }
             }
             Ok((i, Ok(Some(AgentEvent::Failed { error, rank, .. })))) => {

@@ -162,6 +162,10 @@ pub struct JobReport {
     /// (user and system, every thread).
     #[serde(default)]
     pub cpu_ms: Vec<f64>,
+    /// What each process's machine did while it ran the job (`None`: it
+    /// could not tell), so that a calibration sees others busy there.
+    #[serde(default)]
+    pub machines: Vec<Option<super::machine::MachineLoad>>,
     /// Per node, in execution order (the thread runtime's `NodeStats` fields).
     pub nodes: Vec<serde_json::Value>,
     /// Per output: tuples, checksum, and where it was written.
@@ -343,6 +347,7 @@ fn finish_outputs<T: Elem>(
         wire: run.wire.clone(),
         threads,
         cpu_ms: run.cpu_ms.clone(),
+        machines: run.machines.clone(),
         nodes: run.nodes.iter().map(|n| serde_json::to_value(n).expect("JSON")).collect(),
         outputs,
     })

@@ -18,6 +18,8 @@
 //!   watching and stopping them: `N` fresh local processes on loopback, or
 //!   one warm one per machine under [`agent`]s; a process that dies fails
 //!   the job everywhere within seconds, and nothing is left behind.
+//! - [`machine`]: the machine's processor time over a job, beside the
+//!   process's own (a calibration warns when others were busy).
 //! - [`heartbeat`]: a process that stops responding fails the job within
 //!   seconds too.
 //! - [`auth`]: the cluster secret and the challenge-response every
@@ -32,6 +34,7 @@ pub mod dataflow;
 pub mod heartbeat;
 pub mod input;
 pub mod job;
+pub mod machine;
 mod mapped;
 pub mod ops;
 pub mod output;

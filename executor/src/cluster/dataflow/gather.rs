@@ -239,10 +239,14 @@ pub(super) fn finish<T: Elem>(p: &Proc<T>, c: Collected<T>, wall_ms: f64) -> Res
     let mut wire_bytes = vec![0u64; n];
     // Every worker of a process reads the same process clock: its latest.
     let mut cpu_ns = vec![0u64; p.processes];
+    let mut machines = vec![None; p.processes];
     for r in &c.reports {
         load_ns = load_ns.max(r.load_ns);
         if let Some(c) = cpu_ns.get_mut(r.site / p.workers.max(1)) {
             *c = (*c).max(r.cpu_ns);
+        }
+        if let Some(m @ None) = machines.get_mut(r.site / p.workers.max(1)) {
+            m.clone_from(&r.machine);
         }
         for (i, st) in r.steps.iter().enumerate().take(n) {
             done[i] = done[i].max(st.done_ns);
@@ -310,6 +314,7 @@ pub(super) fn finish<T: Elem>(p: &Proc<T>, c: Collected<T>, wall_ms: f64) -> Res
         load_ms: load_ns as f64 / 1e6,
         wire,
         cpu_ms: cpu_ns.iter().map(|&c| c as f64 / 1e6).collect(),
+        machines,
     })
 }
 

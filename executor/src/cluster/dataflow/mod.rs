@@ -163,6 +163,9 @@ pub struct ClusterRun<T: Elem> {
     /// processors, beside its wall time (`tra calibrate` reads how much
     /// processor time an exchange takes per byte from it).
     pub cpu_ms: Vec<f64>,
+    /// What each process's machine did while the process ran the job
+    /// (`None`: it could not tell).
+    pub machines: Vec<Option<super::machine::MachineLoad>>,
 }
 
 /// What one exchange sent between processes.
@@ -226,6 +229,8 @@ struct Proc<T: Elem> {
     start: Instant,
     /// [`process_cpu_ns`] when the process started the job.
     cpu_start_ns: u64,
+    /// The machine's processor time when the process started the job.
+    machine: Option<super::machine::MachineWatch>,
     kernels: Arc<rayon::ThreadPool>,
     every: Mutex<HashMap<usize, EveryCell<T>>>,
     replicated: Mutex<HashMap<String, EveryCell<T>>>,
@@ -306,6 +311,9 @@ struct WorkerReport {
     /// ([`process_cpu_ns`]), when the worker reported.
     #[serde(default)]
     cpu_ns: u64,
+    /// What the worker's machine did while the process ran the job.
+    #[serde(default)]
+    machine: Option<super::machine::MachineLoad>,
     steps: Vec<StepStat>,
     errors: Vec<ErrorRecord>,
     written: BTreeMap<String, Written>,
@@ -472,6 +480,7 @@ pub fn run_process<T: Elem>(
         processes,
         start: Instant::now(),
         cpu_start_ns: process_cpu_ns(),
+        machine: super::machine::MachineWatch::start(),
         kernels,
         every: Mutex::new(HashMap::new()),
         replicated: Mutex::new(HashMap::new()),
@@ -701,6 +710,7 @@ fn build<'s, T: Elem>(
     let all = scope.concatenate(terminal);
     let p2 = p.clone();
     let cpu_start_ns = p.cpu_start_ns;
+    let machine = p.machine.clone();
     let done = all.unary_frontier::<CB<T>, _, _, _>(Pipeline, "report", move |cap, _| {
         let mut cap = Some(cap);
         move |(input, frontier), output| {
@@ -708,6 +718,7 @@ fn build<'s, T: Elem>(
             if frontier.is_empty() {
                 if let Some(c) = cap.take() {
                     report.borrow_mut().cpu_ns = process_cpu_ns().saturating_sub(cpu_start_ns);
+                    report.borrow_mut().machine = machine.as_ref().and_then(|m| m.load());
                     let json = serde_json::to_vec(&*report.borrow()).expect("JSON");
                     output.session(&c).give(Item::meta(0, me as u32, json));
                 }
