@@ -52,29 +52,34 @@
 //!
 //! **A busy machine is reported.** Each measurement keeps the best of its
 //! repetitions, which filters out a moment's disturbance but not another
-//! program that keeps the processors busy throughout. With `--processes`,
-//! the calibration compares the processor time of the whole machine over its
-//! run (`/proc/stat`) with its own and its job processes' (`getrusage`); when
-//! other programs took more than a tenth of the machine's processors, or the
-//! hypervisor more than a tenth (steal), it says so in a warning, with the
-//! share, and the profile should be measured again (not in a container
-//! allowed fewer processors than the host has: the others' time may be on
-//! processors the calibration never used). Variation it cannot
-//! see is not caught: on a two-core virtual machine, calibrations the same
-//! day read 4.4e10–7.3e10 GEMM flop/s per site (256² blocks, both processes
-//! multiplying at once) with no steal and nothing else running.
+//! program that keeps the processors busy throughout. Each job process reads
+//! its machine's processor time (`/proc/stat`) and its own (`getrusage`) at
+//! the start and end of its part of every job and reports both
+//! ([`MachineLoad`]); the calibration sums them per machine (processes on one
+//! machine share its boot id) over all its jobs. When other programs took
+//! more than a tenth of a machine's processors, or the hypervisor more than
+//! a tenth (steal), it says so in a warning naming the machine (this one, or
+//! the hosts of the host file on it) and the share, and the profile should
+//! be measured again. Nothing is said for a machine where a job process
+//! could use fewer processors than the machine has (a container on a larger
+//! host: the others' time may be on processors the calibration never used).
+//! On a quiet 2-core machine the others' share read 0–6%. Variation it
+//! cannot see is not caught: on a two-core virtual machine, calibrations the
+//! same day read 4.4e10–7.3e10 GEMM flop/s per site (256² blocks, both
+//! processes multiplying at once) with no steal and nothing else running.
 //!
 //! The inputs are `.npy` files written into `--dir` (with `--hosts`, a
 //! directory every worker sees at the same path, inside their `--data-dir`;
 //! by default the host file's directory), removed afterwards.
 
 use crate::cluster::{all_loopback, cluster_secret};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use tra_executor::cluster::agent::{self, Host};
 use tra_executor::cluster::auth::Secret;
 use tra_executor::cluster::job::{JobReport, JobSpec, LayoutSpec, DEFAULT_PEER_TIMEOUT_S};
+use tra_executor::cluster::machine::{machine_id, MachineLoad};
 use tra_executor::cluster::supervise::{self, Launcher};
 use tra_optimizer::check::check_plan;
 use tra_optimizer::loads::{plan_loads, SiteLoad};
@@ -141,72 +146,103 @@ pub struct Calibration {
 /// calibration measures before it warns.
 const BUSY_WARNING: f64 = 0.10;
 
-/// Processor seconds of the whole machine so far, from the first line of
-/// `/proc/stat`: busy (user, nice, system, irq, softirq) and stolen by the
-/// hypervisor, with the number of processors it counts.
-#[derive(Debug, Clone, Copy, PartialEq)]
-struct MachineCpu {
+/// The processor time of the machines the calibration's jobs ran on, over
+/// those jobs, summed per machine from what each job process saw
+/// ([`MachineLoad`]): processes on one machine see the same machine.
+#[derive(Debug, Default)]
+struct Watch {
+    machines: BTreeMap<String, Watched>,
+}
+
+/// One machine's sums over the jobs.
+#[derive(Debug, Default, Clone, PartialEq)]
+struct Watched {
+    /// The hosts of the job processes on it (empty for local processes).
+    hosts: BTreeSet<String>,
+    processors: usize,
+    /// The fewest processors one of its job processes could use.
+    usable: usize,
+    wall: f64,
     busy: f64,
     steal: f64,
-    processors: usize,
+    /// The job processes' own processor time.
+    own: f64,
 }
 
-fn parse_proc_stat(text: &str, ticks_per_second: f64) -> Option<MachineCpu> {
-    let total = text.lines().find(|l| l.starts_with("cpu "))?;
-    let v: Vec<u64> = total.split_whitespace().skip(1).map(|x| x.parse().ok()).collect::<Option<_>>()?;
-    let at = |i: usize| v.get(i).copied().unwrap_or(0);
-    let processors = text
-        .lines()
-        .filter(|l| l.strip_prefix("cpu").and_then(|r| r.chars().next()).is_some_and(|c| c.is_ascii_digit()))
-        .count();
-    (v.len() >= 4 && processors > 0 && ticks_per_second > 0.0).then(|| MachineCpu {
-        busy: (at(0) + at(1) + at(2) + at(5) + at(6)) as f64 / ticks_per_second,
-        steal: at(7) as f64 / ticks_per_second,
-        processors,
-    })
+impl Watch {
+    /// Add one job's report; `hosts[i]` names process `i`'s host.
+    fn add(&mut self, machines: &[Option<MachineLoad>], hosts: &[String]) {
+        let mut job: BTreeMap<&str, Watched> = BTreeMap::new();
+        for (i, m) in machines.iter().enumerate() {
+            let Some(m) = m else { continue };
+            let w = job.entry(&m.machine).or_insert_with(|| Watched { usable: usize::MAX, ..Default::default() });
+            w.hosts.extend(hosts.get(i).cloned());
+            w.processors = m.processors;
+            w.usable = w.usable.min(m.usable);
+            // Processes of one machine watch it over nearly the same time.
+            w.wall = w.wall.max(m.wall_s);
+            w.busy = w.busy.max(m.busy_s);
+            w.steal = w.steal.max(m.steal_s);
+            w.own += m.own_s;
+        }
+        for (machine, j) in job {
+            let w = self
+                .machines
+                .entry(machine.to_string())
+                .or_insert_with(|| Watched { usable: usize::MAX, ..Default::default() });
+            w.hosts.extend(j.hosts);
+            w.processors = j.processors;
+            w.usable = w.usable.min(j.usable);
+            w.wall += j.wall;
+            w.busy += j.busy;
+            w.steal += j.steal;
+            w.own += j.own;
+        }
+    }
+
+    /// The warnings about every machine that others kept busy.
+    fn warnings(&self) -> Vec<String> {
+        let here = machine_id();
+        self.machines
+            .iter()
+            .flat_map(|(id, w)| {
+                let which = if *id == here || w.hosts.is_empty() {
+                    format!("this machine's {} processors", w.processors)
+                } else {
+                    let hosts: Vec<&str> = w.hosts.iter().map(String::as_str).collect();
+                    format!("the {} processors of the machine of {}", w.processors, hosts.join(", "))
+                };
+                busy_warnings(w, &which)
+            })
+            .collect()
+    }
 }
 
-fn machine_cpu() -> Option<MachineCpu> {
-    // SAFETY: sysconf takes no pointers.
-    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-    parse_proc_stat(&std::fs::read_to_string("/proc/stat").ok()?, ticks as f64)
-}
-
-/// Processor seconds of this process and of its children that have ended
-/// (the job processes a local calibration starts and waits for).
-fn own_cpu() -> f64 {
-    use tra_executor::cluster::dataflow::rusage_cpu_ns;
-    (rusage_cpu_ns(libc::RUSAGE_SELF) + rusage_cpu_ns(libc::RUSAGE_CHILDREN)) as f64 / 1e9
-}
-
-/// The warnings of a local calibration that ran `wall` seconds, from the
-/// machine's and its own processor time before and after. `usable`: the
-/// processors this process may run on (its affinity and its cgroup's quota);
-/// with fewer than `/proc/stat` counts (a container on a larger host) the
-/// others' time may be spent on processors the calibration never used, and
-/// nothing is said.
-fn busy_warnings(before: MachineCpu, after: MachineCpu, own: f64, wall: f64, usable: usize) -> Vec<String> {
-    let capacity = wall * after.processors as f64;
-    if capacity <= 0.0 || usable < after.processors {
+/// The warnings about one machine, `which` saying which in words: others
+/// busy, or the hypervisor's steal, above [`BUSY_WARNING`] of its processors
+/// over the jobs' time. Nothing when a job process could use fewer
+/// processors than the machine has (a container on a larger host: the
+/// others' time may be on processors the calibration never used).
+fn busy_warnings(w: &Watched, which: &str) -> Vec<String> {
+    let capacity = w.wall * w.processors as f64;
+    if capacity <= 0.0 || w.usable < w.processors {
         return Vec::new();
     }
-    let others = ((after.busy - before.busy - own) / capacity).max(0.0);
-    let steal = ((after.steal - before.steal) / capacity).max(0.0);
+    let others = ((w.busy - w.own) / capacity).max(0.0);
+    let steal = (w.steal / capacity).max(0.0);
     let mut out = Vec::new();
     if others > BUSY_WARNING {
         out.push(format!(
-            "other programs used {:.0}% of this machine's {} processors while the calibration measured: the \
-             figures are likely too slow; measure again when the machine is quiet",
+            "other programs used {:.0}% of {which} while the calibration measured: the figures are likely too \
+             slow; measure again when the machine is quiet",
             100.0 * others,
-            after.processors
         ));
     }
     if steal > BUSY_WARNING {
         out.push(format!(
-            "the hypervisor took {:.0}% of this machine's {} processors (steal time) while the calibration \
-             measured: the figures are likely too slow; measure again when the host is quiet",
+            "the hypervisor took {:.0}% of {which} (steal time) while the calibration measured: the figures are \
+             likely too slow; measure again when the host is quiet",
             100.0 * steal,
-            after.processors
         ));
     }
     out
@@ -276,6 +312,8 @@ struct Runner<'a> {
     files: Files,
     /// The GEMM of the last job's process 0.
     gemm: String,
+    /// The machines' processor time over the jobs.
+    watch: Watch,
 }
 
 impl Runner<'_> {
@@ -357,6 +395,11 @@ impl Runner<'_> {
         }
         .map_err(|e| format!("calibration run failed: {e}"))?;
         self.gemm.clone_from(&r.gemm);
+        let hosts: Vec<String> = match self.target {
+            Target::Local { .. } => Vec::new(),
+            Target::Hosts { hosts, .. } => hosts.iter().map(|h| h.control.clone()).collect(),
+        };
+        self.watch.add(&r.machines, &hosts);
         Ok(r)
     }
 }
@@ -399,10 +442,12 @@ pub fn calibrate(args: &CalibrateArgs) -> Result<Calibration, String> {
     };
     let dir = std::path::absolute(&dir).map_err(|e| format!("--dir {}: {e}", dir.display()))?;
     let start = Instant::now();
-    let local = matches!(target, Target::Local { .. });
-    let (machine_before, own_before) = (machine_cpu().filter(|_| local), own_cpu());
-    let mut runner =
-        Runner { target: &target, files: Files { dir, made: Vec::new(), remove_dir }, gemm: String::new() };
+    let mut runner = Runner {
+        target: &target,
+        files: Files { dir, made: Vec::new(), remove_dir },
+        gemm: String::new(),
+        watch: Watch::default(),
+    };
 
     // GEMM: ~2.5 GFLOP per site, each block of A times one broadcast block.
     let per_site = (2.5e9 / (2.0 * (b as f64).powi(3))).ceil().clamp(2.0, 512.0) as usize;
@@ -551,13 +596,7 @@ pub fn calibrate(args: &CalibrateArgs) -> Result<Calibration, String> {
         exchange_latency_seconds: exchange_latency,
         exchange_intercept_seconds: intercept,
         seconds: start.elapsed().as_secs_f64(),
-        warnings: match (machine_before, machine_cpu()) {
-            (Some(before), Some(after)) => {
-                let usable = std::thread::available_parallelism().map_or(0, usize::from);
-                busy_warnings(before, after, own_cpu() - own_before, start.elapsed().as_secs_f64(), usable)
-            }
-            _ => Vec::new(),
-        },
+        warnings: runner.watch.warnings(),
     })
 }
 
@@ -572,34 +611,67 @@ fn median(xs: &[f64]) -> f64 {
 
 #[cfg(test)]
 mod tests {
-    use super::{busy_warnings, parse_proc_stat, MachineCpu};
+    use super::{busy_warnings, Watch, Watched};
+    use tra_executor::cluster::machine::MachineLoad;
 
-    const STAT: &str = "cpu  100 20 30 4000 5 6 7 8 0 0\ncpu0 50 10 15 2000 2 3 3 4 0 0\n\
-                        cpu1 50 10 15 2000 3 3 4 4 0 0\nintr 12345\nctxt 999\n";
-
-    #[test]
-    fn the_machine_time_is_read_from_the_first_line_of_proc_stat() {
-        let m = parse_proc_stat(STAT, 100.0).unwrap();
-        // user + nice + system + irq + softirq; steal apart; cpu0 and cpu1.
-        assert_eq!(m, MachineCpu { busy: 1.63, steal: 0.08, processors: 2 });
-        assert_eq!(parse_proc_stat("intr 1\n", 100.0), None);
-        assert_eq!(parse_proc_stat("cpu  1 x 3 4\ncpu0 1 2 3 4\n", 100.0), None);
-        assert_eq!(parse_proc_stat(STAT, 0.0), None);
+    fn load(machine: &str, wall_s: f64, busy_s: f64, steal_s: f64, own_s: f64, usable: usize) -> Option<MachineLoad> {
+        Some(MachineLoad { machine: machine.into(), processors: 2, usable, wall_s, busy_s, steal_s, own_s })
     }
 
     #[test]
     fn a_calibration_beside_another_busy_program_is_warned_about() {
-        let at = |busy: f64, steal: f64| MachineCpu { busy, steal, processors: 2 };
-        // 10 s on 2 processors; the calibration itself used 12 s.
-        assert!(busy_warnings(at(0.0, 0.0), at(13.0, 0.5), 12.0, 10.0, 2).is_empty());
-        let w = busy_warnings(at(0.0, 0.0), at(19.0, 0.0), 12.0, 10.0, 2);
+        let at = |busy: f64, steal: f64, usable: usize| Watched {
+            processors: 2,
+            usable,
+            wall: 10.0,
+            busy,
+            steal,
+            own: 12.0,
+            ..Default::default()
+        };
+        // 10 s on 2 processors; the calibration's job processes used 12 s.
+        assert!(busy_warnings(&at(13.0, 0.5, 2), "this machine's 2 processors").is_empty());
+        let w = busy_warnings(&at(19.0, 0.0, 2), "this machine's 2 processors");
         assert_eq!(w.len(), 1);
         assert!(w[0].contains("other programs used 35% of this machine's 2 processors"), "{w:?}");
-        let w = busy_warnings(at(0.0, 0.0), at(12.0, 3.0), 12.0, 10.0, 2);
+        let w = busy_warnings(&at(12.0, 3.0, 2), "this machine's 2 processors");
         assert!(w.len() == 1 && w[0].contains("hypervisor took 15%"), "{w:?}");
-        assert!(busy_warnings(at(0.0, 0.0), at(19.0, 0.0), 12.0, 0.0, 2).is_empty());
+        assert!(busy_warnings(&Watched { wall: 0.0, ..at(19.0, 0.0, 2) }, "x").is_empty());
         // A container allowed 1 of the host's 2 processors: the others' time
         // may be on the other one.
-        assert!(busy_warnings(at(0.0, 0.0), at(19.0, 3.0), 12.0, 10.0, 1).is_empty());
+        assert!(busy_warnings(&at(19.0, 3.0, 1), "x").is_empty());
+    }
+
+    #[test]
+    fn the_jobs_are_summed_per_machine_and_a_busy_remote_machine_is_named() {
+        let mut w = Watch::default();
+        let hosts = ["a:7000".to_string(), "b:7000".to_string(), "c:7000".to_string()];
+        // Two processes on machine m1 (each sees the machine's 1.9 s busy,
+        // 0.9 s its own), one on m2, quiet.
+        w.add(
+            &[load("m1", 1.0, 1.9, 0.0, 0.9, 2), load("m1", 1.0, 1.9, 0.0, 0.9, 2), load("m2", 1.0, 1.0, 0.0, 0.95, 2)],
+            &hosts,
+        );
+        assert!(w.warnings().is_empty(), "{:?}", w.warnings());
+        // Then others take 0.8 s of m2's processors in a job as long: with
+        // the first job's 0.05 s, 0.85 of 2 processors over 2 s, 21% (a
+        // process that could not tell is left out).
+        w.add(
+            &[
+                load("m1", 1.0, 1.9, 0.0, 0.9, 2),
+                load("m1", 1.0, 1.9, 0.0, 0.9, 2),
+                load("m2", 1.0, 1.75, 0.0, 0.95, 2),
+                None,
+            ],
+            &hosts,
+        );
+        let m1 = &w.machines["m1"];
+        assert_eq!((m1.wall, m1.busy, m1.own), (2.0, 3.8, 3.6));
+        let warnings = w.warnings();
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        assert!(
+            warnings[0].starts_with("other programs used 21% of the 2 processors of the machine of c:7000 "),
+            "{warnings:?}"
+        );
     }
 }

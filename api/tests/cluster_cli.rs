@@ -596,6 +596,35 @@ fn a_local_cluster_comes_up_runs_jobs_and_http_executions_and_goes_down() {
     assert!(profile.check().is_ok(), "{profile:?}");
     let left: Vec<String> = tree(&cdir).into_iter().map(|(n, _)| n).filter(|n| n.contains("tra-calibrate")).collect();
     assert!(left.is_empty(), "calibration files left beside the host file: {left:?}");
+    // Beside two threads of this test spinning throughout, it warns that the
+    // workers' machine (this one) was busy: the job processes report it.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let spinners: Vec<_> = (0..2)
+        .map(|_| {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let mut x = 0u64;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+                }
+            })
+        })
+        .collect();
+    let cal = Command::new(TRA)
+        .args(["calibrate", "--reps", "1", "--block", "64", "--hosts"])
+        .arg(cdir.join("hosts.txt"))
+        .output()
+        .unwrap();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    spinners.into_iter().for_each(|t| t.join().unwrap());
+    let err = String::from_utf8_lossy(&cal.stderr);
+    assert!(cal.status.success(), "{err}");
+    let host = std::fs::read_to_string("/proc/stat")
+        .map(|s| s.lines().filter(|l| l.starts_with("cpu") && !l.starts_with("cpu ")).count())
+        .unwrap_or(0);
+    if std::thread::available_parallelism().map_or(0, usize::from) >= host {
+        assert!(err.contains("warning: other programs used") && err.contains("of this machine's"), "{err}");
+    }
     let down = Command::new(TRA).args(["cluster", "down", "--dir"]).arg(&cdir).output().unwrap();
     assert!(down.status.success(), "{}", String::from_utf8_lossy(&down.stderr));
     let t = Instant::now();
