@@ -79,7 +79,7 @@ use std::time::{Duration, Instant};
 use tra_executor::cluster::agent::{self, Host};
 use tra_executor::cluster::auth::Secret;
 use tra_executor::cluster::job::{JobReport, JobSpec, LayoutSpec, DEFAULT_PEER_TIMEOUT_S};
-use tra_executor::cluster::machine::{machine_id, MachineLoad};
+use tra_executor::cluster::machine::{machine_id, MachineLoad, MachineTotals};
 use tra_executor::cluster::supervise::{self, Launcher};
 use tra_optimizer::check::check_plan;
 use tra_optimizer::loads::{plan_loads, SiteLoad};
@@ -148,55 +148,19 @@ const BUSY_WARNING: f64 = 0.10;
 
 /// The processor time of the machines the calibration's jobs ran on, over
 /// those jobs, summed per machine from what each job process saw
-/// ([`MachineLoad`]): processes on one machine see the same machine.
+/// ([`MachineTotals`]), with the hosts of the processes on each.
 #[derive(Debug, Default)]
 struct Watch {
-    machines: BTreeMap<String, Watched>,
-}
-
-/// One machine's sums over the jobs.
-#[derive(Debug, Default, Clone, PartialEq)]
-struct Watched {
-    /// The hosts of the job processes on it (empty for local processes).
-    hosts: BTreeSet<String>,
-    processors: usize,
-    /// The fewest processors one of its job processes could use.
-    usable: usize,
-    wall: f64,
-    busy: f64,
-    steal: f64,
-    /// The job processes' own processor time.
-    own: f64,
+    machines: BTreeMap<String, (MachineTotals, BTreeSet<String>)>,
 }
 
 impl Watch {
     /// Add one job's report; `hosts[i]` names process `i`'s host.
     fn add(&mut self, machines: &[Option<MachineLoad>], hosts: &[String]) {
-        let mut job: BTreeMap<&str, Watched> = BTreeMap::new();
-        for (i, m) in machines.iter().enumerate() {
-            let Some(m) = m else { continue };
-            let w = job.entry(&m.machine).or_insert_with(|| Watched { usable: usize::MAX, ..Default::default() });
-            w.hosts.extend(hosts.get(i).cloned());
-            w.processors = m.processors;
-            w.usable = w.usable.min(m.usable);
-            // Processes of one machine watch it over nearly the same time.
-            w.wall = w.wall.max(m.wall_s);
-            w.busy = w.busy.max(m.busy_s);
-            w.steal = w.steal.max(m.steal_s);
-            w.own += m.own_s;
-        }
-        for (machine, j) in job {
-            let w = self
-                .machines
-                .entry(machine.to_string())
-                .or_insert_with(|| Watched { usable: usize::MAX, ..Default::default() });
-            w.hosts.extend(j.hosts);
-            w.processors = j.processors;
-            w.usable = w.usable.min(j.usable);
-            w.wall += j.wall;
-            w.busy += j.busy;
-            w.steal += j.steal;
-            w.own += j.own;
+        for (machine, job) in MachineTotals::of_job(machines) {
+            let (t, names) = self.machines.entry(machine).or_default();
+            t.add(&job);
+            names.extend(job.processes.iter().filter_map(|&i| hosts.get(i).cloned()));
         }
     }
 
@@ -205,14 +169,14 @@ impl Watch {
         let here = machine_id();
         self.machines
             .iter()
-            .flat_map(|(id, w)| {
-                let which = if *id == here || w.hosts.is_empty() {
-                    format!("this machine's {} processors", w.processors)
+            .flat_map(|(id, (t, hosts))| {
+                let which = if *id == here || hosts.is_empty() {
+                    format!("this machine's {} processors", t.processors)
                 } else {
-                    let hosts: Vec<&str> = w.hosts.iter().map(String::as_str).collect();
-                    format!("the {} processors of the machine of {}", w.processors, hosts.join(", "))
+                    let hosts: Vec<&str> = hosts.iter().map(String::as_str).collect();
+                    format!("the {} processors of the machine of {}", t.processors, hosts.join(", "))
                 };
-                busy_warnings(w, &which)
+                busy_warnings(t, &which)
             })
             .collect()
     }
@@ -220,16 +184,10 @@ impl Watch {
 
 /// The warnings about one machine, `which` saying which in words: others
 /// busy, or the hypervisor's steal, above [`BUSY_WARNING`] of its processors
-/// over the jobs' time. Nothing when a job process could use fewer
-/// processors than the machine has (a container on a larger host: the
-/// others' time may be on processors the calibration never used).
-fn busy_warnings(w: &Watched, which: &str) -> Vec<String> {
-    let capacity = w.wall * w.processors as f64;
-    if capacity <= 0.0 || w.usable < w.processors {
-        return Vec::new();
-    }
-    let others = ((w.busy - w.own) / capacity).max(0.0);
-    let steal = (w.steal / capacity).max(0.0);
+/// over the jobs' time (nothing when that cannot be told:
+/// [`MachineTotals::others_and_steal`]).
+fn busy_warnings(t: &MachineTotals, which: &str) -> Vec<String> {
+    let Some((others, steal)) = t.others_and_steal() else { return Vec::new() };
     let mut out = Vec::new();
     if others > BUSY_WARNING {
         out.push(format!(
@@ -611,8 +569,8 @@ fn median(xs: &[f64]) -> f64 {
 
 #[cfg(test)]
 mod tests {
-    use super::{busy_warnings, Watch, Watched};
-    use tra_executor::cluster::machine::MachineLoad;
+    use super::{busy_warnings, Watch};
+    use tra_executor::cluster::machine::{MachineLoad, MachineTotals};
 
     fn load(machine: &str, wall_s: f64, busy_s: f64, steal_s: f64, own_s: f64, usable: usize) -> Option<MachineLoad> {
         Some(MachineLoad { machine: machine.into(), processors: 2, usable, wall_s, busy_s, steal_s, own_s })
@@ -620,14 +578,14 @@ mod tests {
 
     #[test]
     fn a_calibration_beside_another_busy_program_is_warned_about() {
-        let at = |busy: f64, steal: f64, usable: usize| Watched {
+        let at = |busy: f64, steal: f64, usable: usize| MachineTotals {
             processors: 2,
             usable,
             wall: 10.0,
             busy,
             steal,
             own: 12.0,
-            ..Default::default()
+            processes: vec![0, 1],
         };
         // 10 s on 2 processors; the calibration's job processes used 12 s.
         assert!(busy_warnings(&at(13.0, 0.5, 2), "this machine's 2 processors").is_empty());
@@ -636,7 +594,7 @@ mod tests {
         assert!(w[0].contains("other programs used 35% of this machine's 2 processors"), "{w:?}");
         let w = busy_warnings(&at(12.0, 3.0, 2), "this machine's 2 processors");
         assert!(w.len() == 1 && w[0].contains("hypervisor took 15%"), "{w:?}");
-        assert!(busy_warnings(&Watched { wall: 0.0, ..at(19.0, 0.0, 2) }, "x").is_empty());
+        assert!(busy_warnings(&MachineTotals { wall: 0.0, ..at(19.0, 0.0, 2) }, "x").is_empty());
         // A container allowed 1 of the host's 2 processors: the others' time
         // may be on the other one.
         assert!(busy_warnings(&at(19.0, 3.0, 1), "x").is_empty());
@@ -665,7 +623,7 @@ mod tests {
             ],
             &hosts,
         );
-        let m1 = &w.machines["m1"];
+        let m1 = &w.machines["m1"].0;
         assert_eq!((m1.wall, m1.busy, m1.own), (2.0, 3.8, 3.6));
         let warnings = w.warnings();
         assert_eq!(warnings.len(), 1, "{warnings:?}");

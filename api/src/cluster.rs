@@ -556,6 +556,9 @@ fn summary(
         "floats_match": job.network_floats == predicted_total,
         "wire": job.wire,
         "cpu_ms_per_process": job.cpu_ms,
+        // The largest share of a machine's processors others (or the
+        // hypervisor) took while the job ran: how much to doubt its timings.
+        "others_busy": tra_executor::cluster::machine::others_busy(&job.machines),
         "timings_ms": {
             "optimize": optimize_ms, "job": job_ms, "run": job.run_ms, "load": job.load_ms, "write": job.write_ms,
             "total": t_start.elapsed().as_secs_f64() * 1e3,

@@ -84,6 +84,15 @@ fn check_summary(out: &str) -> serde_json::Value {
         let cpu = v["cpu_ms_per_process"].as_array().unwrap_or_else(|| panic!("{out}"));
         assert_eq!(cpu.len() as u64, v["processes"].as_u64().unwrap(), "{out}");
         assert!(cpu.iter().all(|c| c.as_f64().unwrap() > 0.0), "{out}");
+        // What others took of the machine meanwhile: a share, unless this
+        // is a container allowed fewer processors than its host has.
+        let host = std::fs::read_to_string("/proc/stat")
+            .map(|s| s.lines().filter(|l| l.starts_with("cpu") && !l.starts_with("cpu ")).count())
+            .unwrap_or(usize::MAX);
+        if std::thread::available_parallelism().map_or(0, usize::from) >= host {
+            let others = v["others_busy"].as_f64();
+            assert!(others.is_some_and(|o| (0.0..=1.01).contains(&o)), "{out}");
+        }
     }
     v
 }

@@ -4,6 +4,7 @@
 //! measured (their figures are then too slow), whichever machines those are.
 
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 
 /// Processor seconds of the whole machine so far, from the first line of
 /// `/proc/stat`: busy (user, nice, system, irq, softirq) and stolen by the
@@ -102,6 +103,102 @@ impl MachineWatch {
             own_s: super::dataflow::process_cpu_ns().saturating_sub(self.own_ns) as f64 / 1e9,
         })
     }
+}
+
+/// One machine's processor time over one or more jobs, summed from what
+/// its job processes saw ([`MachineLoad`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct MachineTotals {
+    /// The processors `/proc/stat` lists.
+    pub processors: usize,
+    /// The fewest processors one of its job processes could use.
+    pub usable: usize,
+    /// Seconds watched (processes of one machine watch it over nearly the
+    /// same time: the longest of them per job).
+    pub wall: f64,
+    /// The machine's busy processor seconds over them.
+    pub busy: f64,
+    /// Stolen processor seconds.
+    pub steal: f64,
+    /// The job processes' own processor seconds.
+    pub own: f64,
+    /// The job processes on it (their indices).
+    pub processes: Vec<usize>,
+}
+
+impl Default for MachineTotals {
+    /// Nothing watched yet.
+    fn default() -> MachineTotals {
+        MachineTotals {
+            processors: 0,
+            usable: usize::MAX,
+            wall: 0.0,
+            busy: 0.0,
+            steal: 0.0,
+            own: 0.0,
+            processes: Vec::new(),
+        }
+    }
+}
+
+impl MachineTotals {
+    /// Each machine's totals over one job, by [`machine_id`], from each
+    /// process's load (`None`: it could not tell, left out).
+    pub fn of_job(loads: &[Option<MachineLoad>]) -> BTreeMap<String, MachineTotals> {
+        let mut out: BTreeMap<String, MachineTotals> = BTreeMap::new();
+        for (i, m) in loads.iter().enumerate() {
+            let Some(m) = m else { continue };
+            let t = out.entry(m.machine.clone()).or_default();
+            t.processors = m.processors;
+            t.usable = t.usable.min(m.usable);
+            t.wall = t.wall.max(m.wall_s);
+            t.busy = t.busy.max(m.busy_s);
+            t.steal = t.steal.max(m.steal_s);
+            t.own += m.own_s;
+            t.processes.push(i);
+        }
+        out
+    }
+
+    /// Add another job's totals of the same machine.
+    pub fn add(&mut self, job: &MachineTotals) {
+        self.processors = job.processors;
+        self.usable = self.usable.min(job.usable);
+        self.wall += job.wall;
+        self.busy += job.busy;
+        self.steal += job.steal;
+        self.own += job.own;
+        for p in &job.processes {
+            if !self.processes.contains(p) {
+                self.processes.push(*p);
+            }
+        }
+    }
+
+    /// The share of the machine's processors that other programs took
+    /// (busy less the job processes' own time), and the share the
+    /// hypervisor stole; `None` when that cannot be told: nothing watched,
+    /// or a job process could use fewer processors than the machine has (a
+    /// container on a larger host: the others' time may be on processors the
+    /// job never used).
+    pub fn others_and_steal(&self) -> Option<(f64, f64)> {
+        let capacity = self.wall * self.processors as f64;
+        if capacity <= 0.0 || self.usable < self.processors {
+            return None;
+        }
+        Some((((self.busy - self.own) / capacity).max(0.0), (self.steal / capacity).max(0.0)))
+    }
+}
+
+/// The largest share of a machine's processors that other programs (or the
+/// hypervisor) took during one job, over the job's machines (`None`: no
+/// machine could tell): how much to doubt a time measured on it.
+pub fn others_busy(loads: &[Option<MachineLoad>]) -> Option<f64> {
+    MachineTotals::of_job(loads)
+        .values()
+        .filter_map(MachineTotals::others_and_steal)
+        .map(|(others, steal)| others.max(steal))
+        .reduce(f64::max)
 }
 
 #[cfg(test)]
