@@ -203,7 +203,7 @@ pub fn others_busy(loads: &[Option<MachineLoad>]) -> Option<f64> {
 
 #[cfg(test)]
 mod tests {
-    use super::{parse_proc_stat, MachineCpu, MachineWatch};
+    use super::{others_busy, parse_proc_stat, MachineCpu, MachineLoad, MachineWatch};
 
     const STAT: &str = "cpu  100 20 30 4000 5 6 7 8 0 0\ncpu0 50 10 15 2000 2 3 3 4 0 0\n\
                         cpu1 50 10 15 2000 3 3 4 4 0 0\nintr 12345\nctxt 999\n";
@@ -230,5 +230,22 @@ mod tests {
         assert!(l.own_s > 0.2, "{l:?}");
         assert!(l.busy_s >= l.own_s * 0.9, "{l:?}");
         assert!(l.wall_s >= 0.3 && l.processors > 0 && !l.machine.is_empty(), "{l:?}");
+    }
+
+    #[test]
+    fn others_busy_is_the_worst_machine_s_share_taken_by_others_or_steal() {
+        let load = |machine: &str, busy_s: f64, steal_s: f64, own_s: f64, usable: usize| {
+            Some(MachineLoad { machine: machine.into(), processors: 2, usable, wall_s: 1.0, busy_s, steal_s, own_s })
+        };
+        // Two processes on m1 see its 1.5 s busy and used 0.6 s each: others
+        // 0.3 s of 2 s; m2: 0.2 s stolen.
+        let job = [load("m1", 1.5, 0.0, 0.6, 2), load("m1", 1.5, 0.0, 0.6, 2), load("m2", 0.5, 0.2, 0.5, 2)];
+        assert!((others_busy(&job).unwrap() - 0.15).abs() < 1e-9, "{:?}", others_busy(&job));
+        let job = [load("m1", 1.5, 0.0, 0.6, 2), load("m1", 1.5, 0.0, 0.6, 2), load("m2", 0.5, 0.5, 0.5, 2)];
+        assert!((others_busy(&job).unwrap() - 0.25).abs() < 1e-9);
+        // A container allowed fewer processors than the machine has, or no
+        // figures: cannot tell.
+        assert_eq!(others_busy(&[load("m1", 1.5, 0.0, 0.6, 1)]), None);
+        assert_eq!(others_busy(&[None, None]), None);
     }
 }
