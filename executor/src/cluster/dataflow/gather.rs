@@ -6,7 +6,7 @@ use super::{
     exchange, lock, plain, record_error, ClusterError, ClusterRun, Collected, ErrorRecord, Proc, Report, Stash,
     WireStat, Written, CB, S,
 };
-use crate::cluster::output::{OutWriter, OutputFile};
+use crate::cluster::output::OutputFile;
 use crate::cluster::wire::{Body, Item};
 use crate::semantics::InterpError;
 use crate::threads::{Dtype, Elem, NodeStats, PhysValue, Tuple};
@@ -16,9 +16,17 @@ use timely::dataflow::channels::pact::Pipeline;
 use timely::dataflow::operators::generic::Operator;
 use tra_optimizer::program::{IaOp, Operator as _};
 
+/// Tuples queued for an output's writing thread before the worker waits.
+const WRITE_QUEUE: usize = 64;
+
 /// Write this site's tuples of an output into its file as they come (worker
 /// 0 writes the replicated ones and the header); the answer completes once
 /// everything is written.
+///
+/// The writes (and their checksums) run on a thread of their own, fed
+/// through a bounded queue: a positioned write waits for the file's lock
+/// (every process writes the same file) and for the kernel's copy, and
+/// meanwhile the worker thread goes on receiving and sending.
 pub(super) fn write_out<'s, T: Elem>(
     me: usize,
     name: &str,
@@ -30,11 +38,26 @@ pub(super) fn write_out<'s, T: Elem>(
     let name = name.to_string();
     s.unary_frontier::<CB<T>, _, _, _>(Pipeline, &format!("write {name}"), move |cap, _| {
         let mut cap = Some(cap);
-        let mut writer: Option<Result<OutWriter, String>> = None;
-        let mut stat = Written::default();
-        let mut failed = false;
+        let mut queue: Option<std::sync::mpsc::SyncSender<Tuple<T>>> = None;
+        let mut thread: Option<std::thread::JoinHandle<(Written, Option<String>)>> = None;
+        let mut file = Some(file);
+        let mut spawn_failed: Option<String> = None;
         move |(input, frontier), _output| {
-            let w = writer.get_or_insert_with(|| file.open::<T>(me == 0));
+            if queue.is_none() && spawn_failed.is_none() {
+                if let Some(file) = file.take() {
+                    let (tx, rx) = std::sync::mpsc::sync_channel::<Tuple<T>>(WRITE_QUEUE);
+                    match std::thread::Builder::new()
+                        .name(format!("write {name}"))
+                        .spawn(move || write_all(file, me == 0, rx))
+                    {
+                        Ok(h) => {
+                            queue = Some(tx);
+                            thread = Some(h);
+                        }
+                        Err(e) => spawn_failed = Some(format!("cannot start its writing thread: {e}")),
+                    }
+                }
+            }
             input.for_each(|_, data| {
                 for it in data.take_items() {
                     let tuples: Vec<Tuple<T>> = match it.body {
@@ -43,36 +66,64 @@ pub(super) fn write_out<'s, T: Elem>(
                         Body::Every(list) if me == 0 => list.iter().cloned().collect(),
                         _ => Vec::new(),
                     };
-                    for (k, b) in tuples {
-                        let r = match w {
-                            Ok(w) => w.write(&k, &b),
-                            Err(e) => Err(e.clone()),
-                        };
-                        match r {
-                            Ok(()) => {
-                                let (sum, abs_sum) = checksum(b.as_slice());
-                                stat.tuples += 1;
-                                stat.sum += sum;
-                                stat.abs_sum += abs_sum;
-                            }
-                            Err(e) if !failed => {
-                                failed = true;
-                                let e = InterpError::BadNode {
-                                    node: name.clone(),
-                                    message: format!("writing the output: {e}"),
-                                };
-                                record_error(&r1, usize::MAX, me, &e);
-                            }
-                            Err(_) => {}
+                    if let Some(q) = &queue {
+                        for t in tuples {
+                            // The thread ends early only by a panic, seen at the join.
+                            let _ = q.send(t);
                         }
                     }
                 }
             });
             if frontier.is_empty() && cap.take().is_some() {
+                queue = None; // the thread ends once the queue is empty
+                let (stat, error) = match (thread.take().map(|h| h.join()), spawn_failed.take()) {
+                    (_, Some(e)) => (Written::default(), Some(e)),
+                    (Some(Ok(done)), None) => done,
+                    (Some(Err(_)), None) => (Written::default(), Some("its writing thread panicked".to_string())),
+                    (None, None) => (Written::default(), None),
+                };
+                if let Some(e) = error {
+                    let e = InterpError::BadNode { node: name.clone(), message: format!("writing the output: {e}") };
+                    record_error(&r1, usize::MAX, me, &e);
+                }
                 r1.borrow_mut().written.insert(name.clone(), stat);
             }
         }
     })
+}
+
+/// The writing thread of [`write_out`]: open the file (`header`: write the
+/// `.npy` header), write every tuple the queue brings at its place, and sum
+/// them; the first error stops the writing (the rest are taken and dropped).
+fn write_all<T: Elem>(
+    file: OutputFile,
+    header: bool,
+    queue: std::sync::mpsc::Receiver<Tuple<T>>,
+) -> (Written, Option<String>) {
+    let mut stat = Written::default();
+    let writer = match file.open::<T>(header) {
+        Ok(w) => w,
+        Err(e) => {
+            queue.iter().for_each(drop);
+            return (stat, Some(e));
+        }
+    };
+    let mut error = None;
+    for (k, b) in queue.iter() {
+        if error.is_some() {
+            continue;
+        }
+        match writer.write(&k, &b) {
+            Ok(()) => {
+                let (sum, abs_sum) = checksum(b.as_slice());
+                stat.tuples += 1;
+                stat.sum += sum;
+                stat.abs_sum += abs_sum;
+            }
+            Err(e) => error = Some(e),
+        }
+    }
+    (stat, error)
 }
 
 /// The sum of a block's elements and of their absolute values, in f64.
@@ -320,7 +371,58 @@ pub(super) fn finish<T: Elem>(p: &Proc<T>, c: Collected<T>, wall_ms: f64) -> Res
 
 #[cfg(test)]
 mod tests {
-    use super::{checksum, checksum_lanes};
+    use super::{checksum, checksum_lanes, write_all};
+    use crate::cluster::output::OutputFile;
+    use crate::npy::Layout;
+    use crate::threads::Block;
+    use std::sync::Arc;
+
+    /// The writing thread's loop writes and sums what the queue brings; a
+    /// file it cannot open, or a tuple that does not fit, is its error, and
+    /// the rest of the queue is taken (the worker never waits on a full
+    /// queue nobody reads).
+    #[test]
+    fn the_writing_thread_writes_sums_and_names_its_first_error() {
+        let dir = std::env::temp_dir().join(format!("tra-write-all-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let out = |path: std::path::PathBuf| OutputFile {
+            path,
+            layout: Layout::Relation,
+            key_bounds: vec![2],
+            array_bounds: vec![3],
+        };
+        let queue = |tuples: Vec<(Vec<u32>, Vec<f32>)>| {
+            let (tx, rx) = std::sync::mpsc::sync_channel(1);
+            let feeder = std::thread::spawn(move || {
+                for (k, v) in tuples {
+                    tx.send((k, Arc::new(Block::detached(&[v.len()], v)))).unwrap();
+                }
+            });
+            (rx, feeder)
+        };
+        let tuples = vec![(vec![1], vec![1.0, -2.0, 3.0]), (vec![0], vec![4.0, 5.0, 6.0])];
+        let (rx, feeder) = queue(tuples.clone());
+        let (stat, error) = write_all::<f32>(out(dir.join("ok.npy")), true, rx);
+        feeder.join().unwrap();
+        assert_eq!((stat.tuples, stat.sum, stat.abs_sum, error), (2, 17.0, 21.0, None));
+        let a = crate::npy::read_array::<f32>(&dir.join("ok.npy")).unwrap();
+        assert_eq!(a.iter().copied().collect::<Vec<f32>>(), [4.0, 5.0, 6.0, 1.0, -2.0, 3.0]);
+        // No such directory: every tuple is still taken.
+        let (rx, feeder) = queue(tuples.clone());
+        let (stat, error) = write_all::<f32>(out(dir.join("absent").join("x.npy")), true, rx);
+        feeder.join().unwrap();
+        assert_eq!(stat.tuples, 0);
+        assert!(error.is_some_and(|e| e.contains("cannot create")));
+        // A key outside the output's bounds: the tuple before it is written.
+        let mut bad = tuples;
+        bad.insert(1, (vec![7], vec![0.0; 3]));
+        let (rx, feeder) = queue(bad);
+        let (stat, error) = write_all::<f32>(out(dir.join("bad.npy")), true, rx);
+        feeder.join().unwrap();
+        assert_eq!(stat.tuples, 1);
+        assert!(error.is_some_and(|e| e.contains("does not fit")));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     /// The AVX2 build of the loop (where the CPU has it) sums exactly as the
     /// portable one: the same bits for data whose sums round differently in
