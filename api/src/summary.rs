@@ -125,6 +125,10 @@ fn outputs(out: &mut String, v: &Value) {
     }
 }
 
+/// The share of a machine's processors others may take during a run (its
+/// `others_busy`) before the summary says its times are likely slow.
+const DISTURBED: f64 = 0.10;
+
 /// The summary of a `tra run` report (threads or cluster).
 pub fn run_summary(v: &Value) -> String {
     let mut out = String::new();
@@ -167,6 +171,14 @@ pub fn run_summary(v: &Value) -> String {
         .map(|p| format!("{p} {}", ms(&t[*p])))
         .collect();
     let _ = writeln!(out, "time: {} ({})", ms(&t["total"]), phases.join(", "));
+    if let Some(others) = v["others_busy"].as_f64().filter(|&o| o > DISTURBED) {
+        let _ = writeln!(
+            out,
+            "      (other programs or the hypervisor took {:.0}% of a machine's processors meanwhile: these times are \
+             likely slow)",
+            100.0 * others
+        );
+    }
     outputs(&mut out, &v["outputs"]);
     warnings(&mut out, &v["warnings"]);
     let _ = write!(out, "(--format json: the full report, with every operator's time and floats)");
@@ -342,9 +354,15 @@ mod tests {
                       "shape": [4, 50, 50], "zero_filled_keys": 1, "checksum": {"sum": 1.5}},
                 "Z": {"key_bounds": [4, 4], "array_bounds": [50, 50], "checksum": {"sum": "NaN"}}
             },
-            "warnings": [{"code": "rule_failed", "rule": "R1-4", "at": "D", "message": "…"}]
+            "warnings": [{"code": "rule_failed", "rule": "R1-4", "at": "D", "message": "…"}],
+            "others_busy": 0.02
         });
         let text = run_summary(&report);
+        assert!(!text.contains("other programs"), "{text}");
+        let mut disturbed = report.clone();
+        disturbed["others_busy"] = serde_json::json!(0.31);
+        let busy = run_summary(&disturbed);
+        assert!(busy.contains("other programs or the hypervisor took 31% of a machine's processors"), "{busy}");
         for want in [
             "ran p.json on 4 sites (2 processes × 2 workers, local processes), f32",
             "plan: CMM — shuffle X by k, Y by k",
