@@ -1,5 +1,7 @@
 //! The `tra` command line: check, compile, optimize, rules, and clear errors.
 
+mod common;
+
 use std::process::Command;
 
 fn tra(args: &[&str]) -> (bool, String, String) {
@@ -199,32 +201,16 @@ fn calibrate_prints_a_profile_that_optimize_takes() {
 fn calibrate_warns_when_another_program_keeps_the_machine_busy() {
     // Two threads of this test spinning throughout: more than a tenth of any
     // machine this runs on with two to sixteen processors.
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let spinners: Vec<_> = (0..2)
-        .map(|_| {
-            let stop = stop.clone();
-            std::thread::spawn(move || {
-                let mut x = 0u64;
-                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                    x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
-                }
-            })
-        })
-        .collect();
+    let spinners = common::Spinners::start(2);
     let (ok, out, err) = tra(&["calibrate", "--processes", "2", "--reps", "1", "--block", "64"]);
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    spinners.into_iter().for_each(|t| t.join().unwrap());
+    drop(spinners);
     assert!(ok, "{err}");
     // Still a profile, with the reason to doubt it.
     let profile: serde_json::Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
     assert!(profile["site_flops_per_second"].as_f64().unwrap() > 0.0, "{out}");
     // In a container allowed fewer processors than its host has, the
     // calibration cannot tell whose time is on its processors, and is silent.
-    let host = std::fs::read_to_string("/proc/stat")
-        .map(|s| s.lines().filter(|l| l.starts_with("cpu") && !l.starts_with("cpu ")).count())
-        .unwrap_or(0);
-    let usable = std::thread::available_parallelism().map_or(0, usize::from);
-    if usable < host {
+    if !common::sees_the_whole_machine() {
         assert!(!err.contains("warning: other programs used"), "{err}");
         return;
     }

@@ -86,10 +86,7 @@ fn check_summary(out: &str) -> serde_json::Value {
         assert!(cpu.iter().all(|c| c.as_f64().unwrap() > 0.0), "{out}");
         // What others took of the machine meanwhile: a share, unless this
         // is a container allowed fewer processors than its host has.
-        let host = std::fs::read_to_string("/proc/stat")
-            .map(|s| s.lines().filter(|l| l.starts_with("cpu") && !l.starts_with("cpu ")).count())
-            .unwrap_or(usize::MAX);
-        if std::thread::available_parallelism().map_or(0, usize::from) >= host {
+        if common::sees_the_whole_machine() {
             let others = v["others_busy"].as_f64();
             assert!(others.is_some_and(|o| (0.0..=1.01).contains(&o)), "{out}");
         }
@@ -607,31 +604,16 @@ fn a_local_cluster_comes_up_runs_jobs_and_http_executions_and_goes_down() {
     assert!(left.is_empty(), "calibration files left beside the host file: {left:?}");
     // Beside two threads of this test spinning throughout, it warns that the
     // workers' machine (this one) was busy: the job processes report it.
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let spinners: Vec<_> = (0..2)
-        .map(|_| {
-            let stop = stop.clone();
-            std::thread::spawn(move || {
-                let mut x = 0u64;
-                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                    x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
-                }
-            })
-        })
-        .collect();
+    let spinners = common::Spinners::start(2);
     let cal = Command::new(TRA)
         .args(["calibrate", "--reps", "1", "--block", "64", "--hosts"])
         .arg(cdir.join("hosts.txt"))
         .output()
         .unwrap();
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    spinners.into_iter().for_each(|t| t.join().unwrap());
+    drop(spinners);
     let err = String::from_utf8_lossy(&cal.stderr);
     assert!(cal.status.success(), "{err}");
-    let host = std::fs::read_to_string("/proc/stat")
-        .map(|s| s.lines().filter(|l| l.starts_with("cpu") && !l.starts_with("cpu ")).count())
-        .unwrap_or(0);
-    if std::thread::available_parallelism().map_or(0, usize::from) >= host {
+    if common::sees_the_whole_machine() {
         assert!(err.contains("warning: other programs used") && err.contains("of this machine's"), "{err}");
     }
     let down = Command::new(TRA).args(["cluster", "down", "--dir"]).arg(&cdir).output().unwrap();

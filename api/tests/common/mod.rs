@@ -130,3 +130,43 @@ impl Drop for TempDir {
         let _ = std::fs::remove_dir_all(&self.0);
     }
 }
+
+/// Threads of the test process spinning until dropped: another program
+/// keeping a machine busy, as a calibration or a run should notice.
+pub struct Spinners(std::sync::Arc<std::sync::atomic::AtomicBool>, Vec<std::thread::JoinHandle<()>>);
+
+impl Spinners {
+    /// `n` spinning threads.
+    pub fn start(n: usize) -> Spinners {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let threads = (0..n)
+            .map(|_| {
+                let stop = stop.clone();
+                std::thread::spawn(move || {
+                    let mut x = 0u64;
+                    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+                    }
+                })
+            })
+            .collect();
+        Spinners(stop, threads)
+    }
+}
+
+impl Drop for Spinners {
+    fn drop(&mut self) {
+        self.0.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.1.drain(..).for_each(|t| t.join().unwrap());
+    }
+}
+
+/// Whether this process may use every processor of its machine: in a
+/// container allowed fewer, a calibration cannot tell whose time is on its
+/// processors, and says nothing about others.
+pub fn sees_the_whole_machine() -> bool {
+    let host = std::fs::read_to_string("/proc/stat")
+        .map(|s| s.lines().filter(|l| l.starts_with("cpu") && !l.starts_with("cpu ")).count())
+        .unwrap_or(usize::MAX);
+    std::thread::available_parallelism().map_or(0, usize::from) >= host
+}
