@@ -4,6 +4,7 @@
 use crate::examples;
 use std::fmt::Write as _;
 use std::time::Instant;
+use tra_executor::cluster::machine::{others_busy, MachineWatch};
 use tra_optimizer::optimize::{optimize, Limits};
 use tra_optimizer::rule::RuleDef;
 use tra_optimizer::time::CostModel;
@@ -32,7 +33,16 @@ pub struct Row {
     pub network_floats: u64,
     /// Its flops.
     pub flops: u64,
+    /// The share of the machine's processors that other programs or the
+    /// hypervisor (steal) took while this workload was measured (`None`:
+    /// cannot tell, e.g. in a container allowed fewer processors than its
+    /// host has): above [`DISTURBED`], its times are likely slow.
+    pub others_busy: Option<f64>,
 }
+
+/// The share of the machine others may take while a workload is measured
+/// before [`disturbed`] names it.
+pub const DISTURBED: f64 = 0.10;
 
 /// A chain `X0 · X1 · … · Xn` of `n` matmuls of 4×4 blocks of 1000×1000 on 10 sites.
 pub fn matmul_chain(n: usize) -> Program {
@@ -79,12 +89,14 @@ fn chain_of(n: usize, grid: impl Fn(usize) -> u32, compute_weight: f64) -> Progr
 fn measure(name: &str, p: &Program, rules: &[RuleDef], reps: usize) -> Result<Row, String> {
     let mut times = Vec::with_capacity(reps);
     let mut last = None;
+    let watch = MachineWatch::start();
     for _ in 0..reps.max(1) {
         let t = Instant::now();
         let a = optimize(p, rules, &Limits::default()).map_err(|e| format!("{name}: {e}"))?;
         times.push(t.elapsed().as_secs_f64() * 1000.0);
         last = Some(a);
     }
+    let others_busy = others_busy(&[watch.and_then(|w| w.load())]);
     times.sort_by(|a, b| a.partial_cmp(b).unwrap());
     let a = last.unwrap();
     Ok(Row {
@@ -98,6 +110,24 @@ fn measure(name: &str, p: &Program, rules: &[RuleDef], reps: usize) -> Result<Ro
         chosen: a.alternatives[0].label.clone(),
         network_floats: a.cost.network_floats,
         flops: a.cost.flops,
+        others_busy,
+    })
+}
+
+/// A warning naming the workloads measured while other programs or the
+/// hypervisor took more than [`DISTURBED`] of the machine, if any.
+pub fn disturbed(rows: &[Row]) -> Option<String> {
+    let busy: Vec<String> = rows
+        .iter()
+        .filter_map(|r| r.others_busy.filter(|&o| o > DISTURBED).map(|o| format!("{} ({:.0}%)", r.name, 100.0 * o)))
+        .collect();
+    (!busy.is_empty()).then(|| {
+        format!(
+            "other programs or the hypervisor took more than {:.0}% of this machine's processors while these were \
+             measured, so their times are likely slow: {}",
+            100.0 * DISTURBED,
+            busy.join(", ")
+        )
     })
 }
 
@@ -183,5 +213,21 @@ mod tests {
         assert!(e.contains("--only =nosuch: no workload matches") && e.contains("matmul"), "{e}");
         let rows = run(1, &[2], Some("=softmax"), CostModel::Network).unwrap();
         assert_eq!(rows.iter().map(|r| r.name.as_str()).collect::<Vec<_>>(), ["softmax"]);
+    }
+
+    /// The workloads measured on a machine others kept busy are named, with
+    /// the share they took; quiet ones and unknown ones are not.
+    #[test]
+    fn workloads_measured_beside_a_busy_program_are_named() {
+        let mut rows = run(1, &[], Some("=softmax"), CostModel::Network).unwrap();
+        rows[0].others_busy = Some(0.02);
+        assert_eq!(disturbed(&rows), None);
+        let mut other = rows[0].clone();
+        other.name = "matmul".into();
+        other.others_busy = Some(0.37);
+        rows.push(other);
+        rows[0].others_busy = None;
+        let w = disturbed(&rows).unwrap();
+        assert!(w.ends_with("likely slow: matmul (37%)"), "{w}");
     }
 }

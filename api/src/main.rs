@@ -266,6 +266,9 @@ fn run(cli: Cli) -> Result<(), String> {
             } else {
                 print!("{}", tra_api::bench::table(&rows));
             }
+            if let Some(w) = tra_api::bench::disturbed(&rows) {
+                eprintln!("warning: {w}");
+            }
             Ok(())
         }
         Command::Serve(args) => {

@@ -221,6 +221,18 @@ fn calibrate_warns_when_another_program_keeps_the_machine_busy() {
 }
 
 #[test]
+fn bench_names_workloads_measured_while_another_program_kept_the_machine_busy() {
+    let spinners = common::Spinners::start(2);
+    let (ok, out, err) = tra(&["bench", "--reps", "30", "--only", "=matmul"]);
+    drop(spinners);
+    assert!(ok && out.contains("matmul"), "{err}");
+    if common::sees_the_whole_machine() {
+        assert!(err.contains("warning: other programs or the hypervisor took more than 10%"), "{err}");
+        assert!(err.contains("likely slow: matmul ("), "{err}");
+    }
+}
+
+#[test]
 fn calibrate_names_what_is_wrong_with_its_arguments() {
     let (ok, _, err) = tra(&["calibrate", "--processes", "2", "--block", "0"]);
     assert!(!ok && err.contains("--block 0") && err.contains("between 16 and 4096"), "{err}");
