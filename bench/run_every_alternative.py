@@ -62,6 +62,8 @@ ap.add_argument("--baseline-profile", default=None,
                 help="the profile the baseline ranks with (default: --profile), e.g. the baseline binary's own "
                      "`tra calibrate`, when the calibration changed too")
 args = ap.parse_args()
+if not 0.0 <= args.max_others <= 1.0:
+    ap.error(f"--max-others {args.max_others}: a share of a machine's processors, between 0 and 1")
 b = args.block
 if args.hosts:
     with open(args.hosts) as f:

@@ -259,17 +259,10 @@ struct ErrorRecord {
 /// The processor time this process has used, user and system, all threads,
 /// in nanoseconds (0 where the system cannot say).
 pub fn process_cpu_ns() -> u64 {
-    rusage_cpu_ns(libc::RUSAGE_SELF)
-}
-
-/// The processor time, user and system, that `getrusage(who)` reports
-/// (`RUSAGE_SELF`: this process; `RUSAGE_CHILDREN`: its children that have
-/// ended and been waited for), in nanoseconds (0 where the system cannot say).
-pub fn rusage_cpu_ns(who: libc::c_int) -> u64 {
     // SAFETY: getrusage fills the struct it is given; a zeroed rusage is a
     // valid value of it.
     let mut u: libc::rusage = unsafe { std::mem::zeroed() };
-    if unsafe { libc::getrusage(who, &mut u) } != 0 {
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) } != 0 {
         return 0;
     }
     let ns = |t: libc::timeval| t.tv_sec as u64 * 1_000_000_000 + t.tv_usec as u64 * 1_000;
