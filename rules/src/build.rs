@@ -131,7 +131,7 @@ pub fn add_checked(eg: &mut TraEGraph, node: Ia) -> Option<Id> {
 /// that does not type. Variables the substitution lacks also give `None`.
 pub fn inst(eg: &mut TraEGraph, ast: &PatternAst<Ia>, subst: &Subst) -> Option<Id> {
     let nodes = ast.as_ref();
-    let mut ids: Vec<Id> = Vec::with_capacity(nodes.len());
+    let mut ids: smallvec::SmallVec<[Id; 16]> = smallvec::SmallVec::with_capacity(nodes.len());
     for n in nodes {
         let id = match n {
             ENodeOrVar::Var(v) => *subst.get(*v)?,
@@ -519,14 +519,16 @@ impl Rw {
                     // reads the class analysis unless it says otherwise.
                     let data_only = !reads_members;
                     let f = move |eg: &mut TraEGraph, id: Id, s: &Subst| {
+                        let extended;
                         let s = match &bind {
-                            None => s.clone(),
+                            None => s,
                             Some(b) => {
                                 let Some(values) = (b.f)(eg, id, s) else { return vec![] };
-                                extend(eg, s, b.shown.iter().map(|(v, _)| *v).zip(values).collect())
+                                extended = extend(eg, s, b.shown.iter().map(|(v, _)| *v).zip(values).collect());
+                                &extended
                             }
                         };
-                        asts.iter().filter_map(|a| inst(eg, a, &s)).map(|r| (id, r)).collect()
+                        asts.iter().filter_map(|a| inst(eg, a, s)).map(|r| (id, r)).collect()
                     };
                     rewrite_built(rule, &name, lhs, Build { guard, vars: Vec::new(), holds, data_only, f: Arc::new(f) })
                 }
