@@ -112,6 +112,15 @@ fn outputs(out: &mut String, v: &Value) {
                 if let Some(z) = o["zero_filled_keys"].as_u64() {
                     let _ = write!(line, ", {} missing blocks written as zeros", grouped(z));
                 }
+                let busy: Vec<f64> = o["site_write_ms"]
+                    .as_array()
+                    .map(|a| a.iter().filter_map(Value::as_f64).collect())
+                    .unwrap_or_default();
+                if let (Some(least), Some(most)) =
+                    (busy.iter().copied().reduce(f64::min), busy.iter().copied().reduce(f64::max))
+                {
+                    let _ = write!(line, "; writing it took {least:.0}–{most:.0} ms per site");
+                }
                 let _ = writeln!(out, "{line}");
             }
             None => {
@@ -351,7 +360,8 @@ mod tests {
             "timings_ms": {"optimize": 3.0, "job": 40.0, "load": 1.0, "run": 30.0, "write": 2.0, "total": 45.5},
             "outputs": {
                 "S": {"key_bounds": [4], "array_bounds": [50, 50], "path": "s.npy", "layout": "relation",
-                      "shape": [4, 50, 50], "zero_filled_keys": 1, "checksum": {"sum": 1.5}},
+                      "shape": [4, 50, 50], "zero_filled_keys": 1, "checksum": {"sum": 1.5},
+                      "site_write_ms": [0.4, 2.6, 0.0, 1.0]},
                 "Z": {"key_bounds": [4, 4], "array_bounds": [50, 50], "checksum": {"sum": "NaN"}}
             },
             "warnings": [{"code": "rule_failed", "rule": "R1-4", "at": "D", "message": "…"}],
@@ -369,7 +379,7 @@ mod tests {
             "(the optimizer's choice was: BMM — broadcast X)",
             "network floats: 1,200 measured, 1,200 predicted (as predicted)",
             "time: 45.5 ms (optimize 3.0 ms, job 40.0 ms, load 1.0 ms, run 30.0 ms, write 2.0 ms)",
-            "S → s.npy  relation (4, 50, 50) (key bounds (4) × blocks (50, 50)), 1 missing blocks written as zeros",
+            "S → s.npy  relation (4, 50, 50) (key bounds (4) × blocks (50, 50)), 1 missing blocks written as zeros; writing it took 0–3 ms per site",
             "Z: not written (--output Z=FILE.npy writes it); key bounds (4, 4) × blocks (50, 50), sum NaN",
             "warnings: 1 (rule_failed at D;",
         ] {

@@ -659,6 +659,21 @@ fn processes_lay_out_each_output_as_threads_do() {
         assert_eq!(v["outputs"]["S"]["layout"], "relation", "{out}");
         assert_eq!(shape(&format!("{tag}-Z.npy")), vec![32, 20]);
         assert_eq!(shape(&format!("{tag}-S.npy")), vec![4, 8, 5]);
+        if tag == "procs" {
+            // Each site says what it wrote and how long its writing took:
+            // every block once (Z: 32 × 20 floats, S: 4 × 8 × 5).
+            let size = if v["dtype"] == "f64" { 8 } else { 4 };
+            for (o, bytes_written) in [("Z", 32 * 20 * size), ("S", 4 * 8 * 5 * size)] {
+                let info = &v["outputs"][o];
+                let bytes: Vec<u64> =
+                    info["site_bytes"].as_array().unwrap().iter().map(|b| b.as_u64().unwrap()).collect();
+                let ms = info["site_write_ms"].as_array().unwrap();
+                assert_eq!((bytes.len(), ms.len()), (2, 2), "{info}");
+                assert_eq!(bytes.iter().sum::<u64>(), bytes_written, "{info}");
+                assert_eq!(info["bytes"], bytes_written, "{info}");
+                assert!(ms.iter().all(|m| m.as_f64().unwrap() >= 0.0), "{info}");
+            }
+        }
         // --dense: refused for S, naming it, before anything runs.
         args.push("--dense".into());
         let (ok, _, err) = run(&args, &[]);
@@ -688,6 +703,7 @@ fn processes_lay_out_each_output_as_threads_do() {
     assert!(out.status.success() && text.starts_with("ran ") && text.contains("2 processes"), "{text}");
     assert!(text.contains("as predicted") && text.contains("procs-Z.npy  dense (32, 20)"), "{text}");
     assert!(text.contains("procs-S.npy  relation (4, 8, 5)"), "{text}");
+    assert!(text.contains("writing it took") && text.contains("ms per site"), "{text}");
 }
 
 #[test]

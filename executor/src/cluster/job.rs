@@ -307,11 +307,15 @@ fn finish_outputs<T: Elem>(
         let path = &spec.outputs[name];
         let layout = spec.output_layout(name);
         let keys: u64 = t.rel.frontier.iter().map(|&f| u64::from(f)).product();
+        let by_site = run.written_by_site.get(name);
         let mut info = json!({
             "key_bounds": t.rel.frontier, "array_bounds": t.rel.array_bounds, "tuples": w.tuples,
             "checksum": {"sum": w.sum, "abs_sum": w.abs_sum},
             "path": path.display().to_string(), "layout": layout,
             "shape": npy::layout_shape(layout, &t.rel.frontier, &t.rel.array_bounds),
+            "bytes": w.bytes,
+            "site_bytes": by_site.map(|v| v.iter().map(|w| w.bytes).collect::<Vec<_>>()),
+            "site_write_ms": by_site.map(|v| v.iter().map(|w| w.busy_ns as f64 / 1e6).collect::<Vec<_>>()),
         });
         if keys > w.tuples {
             info["zero_filled_keys"] = json!(keys - w.tuples);

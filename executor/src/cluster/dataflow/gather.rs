@@ -101,6 +101,7 @@ fn write_all<T: Elem>(
     queue: std::sync::mpsc::Receiver<Tuple<T>>,
 ) -> (Written, Option<String>) {
     let mut stat = Written::default();
+    let opening = std::time::Instant::now();
     let writer = match file.open::<T>(header) {
         Ok(w) => w,
         Err(e) => {
@@ -108,20 +109,25 @@ fn write_all<T: Elem>(
             return (stat, Some(e));
         }
     };
+    stat.busy_ns = opening.elapsed().as_nanos() as u64;
     let mut error = None;
     for (k, b) in queue.iter() {
         if error.is_some() {
             continue;
         }
+        let started = std::time::Instant::now();
         match writer.write(&k, &b) {
             Ok(()) => {
-                let (sum, abs_sum) = checksum(b.as_slice());
+                let data = b.as_slice();
+                let (sum, abs_sum) = checksum(data);
                 stat.tuples += 1;
                 stat.sum += sum;
                 stat.abs_sum += abs_sum;
+                stat.bytes += std::mem::size_of_val(data) as u64;
             }
             Err(e) => error = Some(e),
         }
+        stat.busy_ns += started.elapsed().as_nanos() as u64;
     }
     (stat, error)
 }
@@ -345,12 +351,20 @@ pub(super) fn finish<T: Elem>(p: &Proc<T>, c: Collected<T>, wall_ms: f64) -> Res
         });
     }
     let mut written: BTreeMap<String, Written> = BTreeMap::new();
+    let mut written_by_site: BTreeMap<String, Vec<Written>> = BTreeMap::new();
     for r in &c.reports {
         for (o, w) in &r.written {
             let e = written.entry(o.clone()).or_default();
             e.tuples += w.tuples;
             e.sum += w.sum;
             e.abs_sum += w.abs_sum;
+            e.bytes += w.bytes;
+            e.busy_ns += w.busy_ns;
+            if let Some(at) =
+                written_by_site.entry(o.clone()).or_insert_with(|| vec![Written::default(); p.sites]).get_mut(r.site)
+            {
+                *at = *w;
+            }
         }
     }
     Ok(ClusterRun {
@@ -359,6 +373,7 @@ pub(super) fn finish<T: Elem>(p: &Proc<T>, c: Collected<T>, wall_ms: f64) -> Res
         workers: p.workers,
         outputs,
         written,
+        written_by_site,
         floats_moved,
         nodes,
         wall_ms,

@@ -132,6 +132,12 @@ pub struct Written {
     pub sum: f64,
     /// Sum of their absolute values.
     pub abs_sum: f64,
+    /// Bytes of blocks written (headers and zero fill aside).
+    pub bytes: u64,
+    /// Nanoseconds the writing thread was busy: opening the file, and for
+    /// each tuple its write and its checksum (not the waits for the next
+    /// tuple). What writing an output costs a site, beside its kernels.
+    pub busy_ns: u64,
 }
 
 /// What a run computed and measured, on process 0.
@@ -148,6 +154,8 @@ pub struct ClusterRun<T: Elem> {
     pub outputs: BTreeMap<String, PhysValue<T>>,
     /// What was written of the outputs written to files.
     pub written: BTreeMap<String, Written>,
+    /// Per output written to a file, what each site wrote (by site).
+    pub written_by_site: BTreeMap<String, Vec<Written>>,
     /// Floats moved by every shuffle and broadcast (all processes together).
     pub floats_moved: BTreeMap<String, u64>,
     /// Per node, in execution order.
