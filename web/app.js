@@ -455,7 +455,7 @@ function render() {
 /** What bounds a plan's predicted time, in words. */
 function bottleneckText(b) {
   if (!b) return "no operator: no time";
-  const what = {compute: "computing", link_in: "receiving", link_out: "sending", memory: "reading and writing memory"}[b.resource] || b.resource;
+  const what = {compute: "computing", link_in: "receiving", link_out: "sending", memory: "reading and writing memory", write: "writing the output's file"}[b.resource] || b.resource;
   return `bound by ${b.node}: site ${b.site} ${what} (${secs(b.seconds)})`;
 }
 
@@ -479,6 +479,7 @@ function renderSiteLoads(answer, cl) {
   const p = {...PROFILE_DEFAULTS, ...(cl.profile || {})};
   $("profileInUse").textContent = `profile${cl.profile ? "" : " (defaults)"}: link ${si(p.link_bytes_per_second)}B/s per site and direction · ${si(p.site_flops_per_second)} flop/s per site · memory ${si(p.memory_bytes_per_second)}B/s per site · latency ${secs(p.latency_seconds)} per exchange · ${p.bytes_per_float} bytes per float` +
     (p.exchange_cpu_bytes_per_second ? ` · a site's processors exchange ${si(p.exchange_cpu_bytes_per_second)}B/s` : "") +
+    (p.output_bytes_per_second ? ` · a site writes outputs at ${si(p.output_bytes_per_second)}B/s` : "") +
     (p.job_overhead_seconds ? ` · ${secs(p.job_overhead_seconds)} per job` : "");
 }
 

@@ -623,6 +623,22 @@ async fn a_slow_network_profile_changes_the_prediction_and_a_bad_one_is_named() 
     for a in with["alternatives"].as_array().unwrap() {
         assert!(a["cost"]["seconds"].as_f64().unwrap() >= 2.0, "{}", a["cost"]);
     }
+    // Writing outputs is priced only with a write rate; a slow one bounds
+    // the plan at the site that writes most, and a bad one is named.
+    bad["cluster"]["profile"] = json!({"output_bytes_per_second": -1});
+    let r = post(addr, "/v1/optimize", &bad).await;
+    assert_eq!(r.status, 422, "{}", r.json());
+    assert_eq!(r.json()["error"]["at"], "cluster.profile.output_bytes_per_second");
+    let mut writing = skewed(Some("time"));
+    writing["cluster"]["profile"] = json!({"output_bytes_per_second": 1e3});
+    let w = post(addr, "/v1/optimize", &writing).await.json();
+    let b = &w["cost"]["bottleneck"];
+    assert_eq!(b["resource"], "write", "{}", w["cost"]);
+    assert_eq!(b["node"], "Z", "{}", w["cost"]);
+    // Z is 2 × 2 blocks of 1024² floats: the busiest site writes at least one.
+    assert!(b["seconds"].as_f64().unwrap() >= 4.0 * 1024.0 * 1024.0 / 1e3, "{b}");
+    // The output is written after it is computed.
+    assert!(w["cost"]["seconds"].as_f64().unwrap() > b["seconds"].as_f64().unwrap(), "{}", w["cost"]);
     let mut unknown = skewed(Some("speed"));
     unknown["cluster"]["cost_model"] = json!("speed");
     let r = post(addr, "/v1/optimize", &unknown).await;

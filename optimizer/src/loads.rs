@@ -154,6 +154,10 @@ impl std::ops::AddAssign for SiteLoad {
 /// The per-site loads of one operator: one entry per site.
 pub type OpLoads = Vec<SiteLoad>;
 
+/// Per output of a plan, the bytes each site writes into its file (by
+/// site).
+pub type Writes = IndexMap<String, Vec<u64>>;
+
 /// A value's layout and the per-site loads of the operator that made it.
 #[derive(Debug)]
 pub(crate) struct Evaluated {
@@ -193,6 +197,40 @@ impl LoadCache {
     /// The per-site loads of every operator of a checked plan, by name, in
     /// evaluation order.
     pub fn plan_loads(&mut self, plan: &Plan, typed: &TypedPlan) -> Result<IndexMap<String, Arc<OpLoads>>, LoadError> {
+        Ok(self.evaluate(plan, typed)?.0)
+    }
+
+    /// [`LoadCache::plan_loads`], and per output of the plan the bytes of
+    /// blocks each site writes into the output's file: the blocks of its
+    /// tuples there, a replicated tuple's on site 0 only (the cluster
+    /// runtime's worker 0 writes those).
+    pub fn plan_loads_and_writes(
+        &mut self,
+        plan: &Plan,
+        typed: &TypedPlan,
+    ) -> Result<(IndexMap<String, Arc<OpLoads>>, Writes), LoadError> {
+        let (loads, shape) = self.evaluate(plan, typed)?;
+        let mut writes = IndexMap::new();
+        for name in &plan.outputs {
+            let (Some(key), Some(t)) = (shape.get(name.as_str()), typed.types.get(name)) else { continue };
+            let bytes = self.tuple_bytes(t);
+            let mut per_site = vec![0u64; self.sites];
+            for (_, site) in self.done[key].layout.iter() {
+                let at = if site == EVERYWHERE { 0 } else { site as usize };
+                per_site[at] = per_site[at].saturating_add(bytes);
+            }
+            writes.insert(name.clone(), per_site);
+        }
+        Ok((loads, writes))
+    }
+
+    /// The loads of every operator, and the structure key of every value.
+    #[allow(clippy::type_complexity)]
+    fn evaluate<'p>(
+        &mut self,
+        plan: &'p Plan,
+        typed: &'p TypedPlan,
+    ) -> Result<(IndexMap<String, Arc<OpLoads>>, HashMap<&'p str, u64>), LoadError> {
         let mut shape: HashMap<&str, u64> = HashMap::new();
         let mut out = IndexMap::new();
         for (name, decl) in &plan.inputs {
@@ -228,7 +266,7 @@ impl LoadCache {
             };
             out.insert(name.clone(), done.loads.clone());
         }
-        Ok(out)
+        Ok((out, shape))
     }
 
     pub(crate) fn input_layout(

@@ -782,17 +782,21 @@ impl Scorer {
         Scorer { sites, profile, cache: LoadCache::new(sites, profile.bytes_per_float) }
     }
 
-    fn loads(&mut self, plan: &Plan) -> Result<IndexMap<String, std::sync::Arc<crate::loads::OpLoads>>, String> {
+    #[allow(clippy::type_complexity)]
+    fn loads(
+        &mut self,
+        plan: &Plan,
+    ) -> Result<(IndexMap<String, std::sync::Arc<crate::loads::OpLoads>>, crate::loads::Writes), String> {
         let typed =
             crate::check::check_plan(plan, self.sites).map_err(|e| format!("an extracted plan does not check: {e}"))?;
-        self.cache.plan_loads(plan, &typed).map_err(|e| e.to_string())
+        self.cache.plan_loads_and_writes(plan, &typed).map_err(|e| e.to_string())
     }
 
     /// A plan's predicted seconds, bottleneck, and every site's load over
     /// the whole plan.
     pub fn score(&mut self, plan: &Plan) -> Result<(f64, Option<Bottleneck>, Vec<SiteLoad>), String> {
-        let loads = self.loads(plan)?;
-        let (seconds, bottleneck) = plan_seconds(plan, &loads, &self.profile);
+        let (loads, writes) = self.loads(plan)?;
+        let (seconds, bottleneck) = plan_seconds(plan, &loads, &writes, &self.profile);
         Ok((seconds, bottleneck, total_per_site(&loads, self.sites)))
     }
 }

@@ -36,7 +36,10 @@
 //! holds for exchanges of inputs, which the exact model prices together as
 //! one stage and these costs one by one, and for stages that do not wait
 //! for each other, which the exact model overlaps and these costs add (an
-//! upper bound again).
+//! upper bound again). Writing the outputs into files
+//! ([`Profile::output_bytes_per_second`]) is not charged here: it depends
+//! on where the extracted plan leaves each output, and the candidates (the
+//! best of each join strategy) are re-scored with it.
 
 use crate::cost::{node_cost, Cost, Weights};
 use crate::egraph::nodes::{ia_op, leaf};

@@ -105,12 +105,28 @@
 //! pricing it and the operand shuffles after the GEMMs ranked an unfused
 //! plan ahead of a faster streamed one.
 //!
+//! **Writing outputs.** `tra run --output` on processes or hosts has every
+//! site write the blocks of its own tuples of each output into the output's
+//! file (site 0 also the replicated ones), on a thread of its own that also
+//! checksums them, while the dataflow runs. With
+//! [`Profile::output_bytes_per_second`] each output's writing is a stage
+//! after the operator that makes it: per site, the bytes it writes over that
+//! rate, the busiest site bounding it; and processor time of the site (the
+//! copy into the file's pages is done by its cores). Measured on two
+//! processes over loopback, the busiest site's writing thread was busy
+//! 34–50 ms of a 64 MiB dense output's 0.21–0.38 s plans, which the model
+//! without it under-predicted at 0.65–0.82×. Writing overlaps a streamed
+//! matmul's GEMMs in time (blocks are written as they are made), but on the
+//! loopback machine the processors are the bottleneck, and the copy takes
+//! them from the GEMMs. Without the rate, writes cost nothing (as outputs
+//! returned in memory do, `POST /v1/execute`).
+//!
 //! The **bottleneck** of a plan is the stage that takes longest, with its
-//! busiest site and the resource (`compute`, `link_in`, `link_out`) that
-//! bounds that site.
+//! busiest site and the resource (`compute`, `memory`, `link_in`,
+//! `link_out`, `write`) that bounds that site.
 
 use crate::kernel::KernelRef;
-use crate::loads::{makes_products, OpLoads, SiteLoad};
+use crate::loads::{makes_products, OpLoads, SiteLoad, Writes};
 use crate::program::{IaOp, InputDecl, Operator as _, PlacementDecl, Plan};
 use indexmap::IndexMap;
 use serde::{Deserialize, Serialize};
@@ -184,6 +200,16 @@ pub struct Profile {
     /// cost no processor time.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exchange_cpu_bytes_per_second: Option<f64>,
+    /// Bytes per second one site writes of a plan output into the output's
+    /// file (`tra run --output`, on processes or hosts: each site's writing
+    /// thread copies its blocks into the file and checksums them; `tra
+    /// calibrate`: the busy time of those threads over the bytes they wrote,
+    /// a dense output). Writing is a stage after the operator that makes the
+    /// output, and processor time of the site. Optional: without it
+    /// outputs are written for free (as they are when returned in memory,
+    /// `POST /v1/execute`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_bytes_per_second: Option<f64>,
 }
 
 fn default_link() -> f64 {
@@ -212,6 +238,7 @@ impl Default for Profile {
             job_overhead_seconds: None,
             bytes_per_float: default_bytes_per_float(),
             exchange_cpu_bytes_per_second: None,
+            output_bytes_per_second: None,
         }
     }
 }
@@ -231,6 +258,9 @@ impl Profile {
         positive("memory_bytes_per_second", self.memory_bytes_per_second)?;
         if let Some(rate) = self.exchange_cpu_bytes_per_second {
             positive("exchange_cpu_bytes_per_second", rate)?;
+        }
+        if let Some(rate) = self.output_bytes_per_second {
+            positive("output_bytes_per_second", rate)?;
         }
         if !(self.latency_seconds.is_finite() && self.latency_seconds >= 0.0) {
             return Err((
@@ -278,6 +308,8 @@ pub enum Resource {
     LinkIn,
     /// Its outgoing link.
     LinkOut,
+    /// Writing an output's blocks into its file.
+    Write,
 }
 
 /// The stage, site and resource that bound a plan's predicted time.
@@ -536,18 +568,28 @@ struct Stage<'a> {
     time: (f64, usize, Resource),
     busy: Vec<Busy>,
     members: Vec<&'a str>,
+    /// Plan operators it waits for besides its members' operands (an
+    /// output's writing waits for the output).
+    after: Option<&'a str>,
     /// The fixed time of its exchanges ([`Profile::latency_seconds`] per
     /// level of exchange).
     latency: f64,
 }
 
 /// A plan's predicted seconds and its bottleneck, from the loads of its
-/// operators (see the module docs): the job's fixed time
-/// ([`Profile::job_overhead_seconds`]) and the longest of the stages'
-/// critical path, the busiest site's most loaded resource over all stages
-/// and their latencies summed; the bottleneck is the longest stage. A plan
-/// without operators takes no time and has no bottleneck.
-pub fn plan_seconds(plan: &Plan, loads: &IndexMap<String, Arc<OpLoads>>, p: &Profile) -> (f64, Option<Bottleneck>) {
+/// operators and the bytes each site writes of each output (`writes`, see
+/// [`crate::loads::LoadCache::plan_loads_and_writes`]; priced only with
+/// [`Profile::output_bytes_per_second`]) (see the module docs): the job's
+/// fixed time ([`Profile::job_overhead_seconds`]) and the longest of the
+/// stages' critical path, the busiest site's most loaded resource over all
+/// stages and their latencies summed; the bottleneck is the longest stage.
+/// A plan without operators takes no time and has no bottleneck.
+pub fn plan_seconds(
+    plan: &Plan,
+    loads: &IndexMap<String, Arc<OpLoads>>,
+    writes: &Writes,
+    p: &Profile,
+) -> (f64, Option<Bottleneck>) {
     let pipelines = streamed_pipelines(plan);
     let member: HashSet<&str> = pipelines
         .iter()
@@ -575,12 +617,39 @@ pub fn plan_seconds(plan: &Plan, loads: &IndexMap<String, Arc<OpLoads>>, p: &Pro
             time: stage_seconds(exchange, l, p),
             busy: per_site(exchange, l),
             members: vec![name.as_str()],
+            after: None,
             latency: if exchange { p.latency_seconds } else { 0.0 },
         });
     }
     if let Some((name, time, total)) = concurrent_exchanges(&of_inputs, p) {
         let members = of_inputs.iter().map(|(n, _)| n.as_str()).collect();
-        stages.push(Stage { name, time, busy: per_site(true, &total), members, latency: p.latency_seconds });
+        stages.push(Stage {
+            name,
+            time,
+            busy: per_site(true, &total),
+            members,
+            after: None,
+            latency: p.latency_seconds,
+        });
+    }
+    // Writing each output into its file: after the operator that makes it.
+    if let Some(rate) = p.output_bytes_per_second {
+        for (name, per_site) in writes {
+            let busy: Vec<Busy> =
+                per_site.iter().map(|&b| Busy { processors: b as f64 / rate, ..Busy::default() }).collect();
+            let (site, seconds) =
+                busy.iter()
+                    .enumerate()
+                    .fold((0, 0.0), |best, (i, b)| if b.processors > best.1 { (i, b.processors) } else { best });
+            stages.push(Stage {
+                name: name.clone(),
+                time: (seconds, site, Resource::Write),
+                busy,
+                members: Vec::new(),
+                after: Some(name.as_str()),
+                latency: 0.0,
+            });
+        }
     }
     for pl in &pipelines {
         let members = pl.operand_exchanges.iter().chain(&pl.output_exchanges).chain([&pl.join, &pl.aggregate]);
@@ -590,6 +659,7 @@ pub fn plan_seconds(plan: &Plan, loads: &IndexMap<String, Arc<OpLoads>>, p: &Pro
             time,
             busy,
             members: members.map(String::as_str).collect(),
+            after: None,
             latency: [!pl.operand_exchanges.is_empty(), !pl.output_exchanges.is_empty()].iter().filter(|&&l| l).count()
                 as f64
                 * p.latency_seconds,
@@ -621,6 +691,7 @@ fn overlapped_seconds(plan: &Plan, stages: &[Stage]) -> f64 {
             .iter()
             .filter_map(|m| plan.nodes.get(*m))
             .flat_map(|op| op.operands())
+            .chain(s.after.iter().copied())
             .filter_map(|o| owner.get(o).copied())
             .filter(|&d| d != i)
             .collect();
@@ -711,6 +782,7 @@ mod tests {
             job_overhead_seconds: None,
             bytes_per_float: 4,
             exchange_cpu_bytes_per_second: None,
+            output_bytes_per_second: None,
         };
         // An exchange: site 1 receives 300 bytes (3 s), site 0 sends 200 (2 s).
         let (t, site, r) = stage_seconds(true, &[load(200, 0, 0), load(0, 300, 0)], &p);
@@ -761,6 +833,7 @@ mod tests {
             job_overhead_seconds: None,
             bytes_per_float: 4,
             exchange_cpu_bytes_per_second: None,
+            output_bytes_per_second: None,
         }
     }
 
@@ -772,16 +845,16 @@ mod tests {
         let mut loads = IndexMap::new();
         loads.insert("s".to_string(), Arc::new(vec![load(100, 0, 0), load(0, 100, 0)]));
         loads.insert("j".to_string(), Arc::new(vec![load(0, 0, 20), load(0, 0, 30)]));
-        let (t, b) = plan_seconds(&plan, &loads, &profile(0.0));
+        let (t, b) = plan_seconds(&plan, &loads, &Writes::new(), &profile(0.0));
         assert_eq!(t, 4.0);
         let b = b.unwrap();
         assert_eq!((b.node.as_str(), b.site, b.resource, b.seconds), ("j", 1, Resource::Compute, 3.0));
-        assert_eq!(plan_seconds(&plan, &IndexMap::new(), &profile(0.0)), (0.0, None));
+        assert_eq!(plan_seconds(&plan, &IndexMap::new(), &Writes::new(), &profile(0.0)), (0.0, None));
         // A job's fixed time is added once to a plan with operators, and to
         // none without.
         let with_overhead = Profile { job_overhead_seconds: Some(0.25), ..profile(0.0) };
-        assert_eq!(plan_seconds(&plan, &loads, &with_overhead).0, 4.25);
-        assert_eq!(plan_seconds(&plan, &IndexMap::new(), &with_overhead), (0.0, None));
+        assert_eq!(plan_seconds(&plan, &loads, &Writes::new(), &with_overhead).0, 4.25);
+        assert_eq!(plan_seconds(&plan, &IndexMap::new(), &Writes::new(), &with_overhead), (0.0, None));
     }
 
     #[test]
@@ -800,7 +873,7 @@ mod tests {
         loads.insert("b".to_string(), Arc::new(vec![load(200, 0, 0), load(0, 200, 0)]));
         loads.insert("s".to_string(), Arc::new(vec![load(0, 300, 0), load(300, 0, 0)]));
         loads.insert("j".to_string(), Arc::new(vec![load(0, 0, 10), load(0, 0, 10)]));
-        let (t, b) = plan_seconds(&together, &loads, &profile(0.5));
+        let (t, b) = plan_seconds(&together, &loads, &Writes::new(), &profile(0.5));
         assert_eq!(t, 3.0 + 0.5 + 1.0);
         let b = b.unwrap();
         assert_eq!((b.node.as_str(), b.site, b.resource, b.seconds), ("s", 0, Resource::LinkIn, 3.5));
@@ -814,10 +887,10 @@ mod tests {
             "j": {"op": "local_join", "left": "b", "right": "s", "left_keys": [1], "right_keys": [0], "kernel": "matMul"}"#;
         let apart = plan(8, nodes, r#""j""#);
         loads.insert("m".to_string(), Arc::new(vec![load(0, 0, 0), load(0, 0, 0)]));
-        assert_eq!(plan_seconds(&apart, &loads, &profile(0.0)).0, 3.0 + 1.0);
+        assert_eq!(plan_seconds(&apart, &loads, &Writes::new(), &profile(0.0)).0, 3.0 + 1.0);
         // Their latencies do not overlap: 2 × 0.5 s at least, here below the
         // critical path (m, s, j: 3.5 + 1 s).
-        assert_eq!(plan_seconds(&apart, &loads, &profile(0.5)).0, 3.5 + 1.0);
+        assert_eq!(plan_seconds(&apart, &loads, &Writes::new(), &profile(0.5)).0, 3.5 + 1.0);
     }
 
     #[test]
@@ -843,28 +916,28 @@ mod tests {
         // join (1 s) = 5 s; in turn it would be 1 + 3 + 2 + 2 + 1 = 9 s.
         set(&mut loads, "sx", vec![load(300, 0, 0), load(0, 300, 0)]);
         set(&mut loads, "sy", vec![load(0, 200, 0), load(200, 0, 0)]);
-        assert_eq!(plan_seconds(&two, &loads, &profile(0.0)).0, 5.0);
+        assert_eq!(plan_seconds(&two, &loads, &Writes::new(), &profile(0.0)).0, 5.0);
         // Both send from site 0 (and the join is free): the path is 4 s,
         // but site 0's outgoing link carries 3 + 2 s of them.
         set(&mut loads, "sy", vec![load(200, 0, 0), load(0, 200, 0)]);
         set(&mut loads, "j", vec![load(0, 0, 0), load(0, 0, 0)]);
-        assert_eq!(plan_seconds(&two, &loads, &profile(0.0)).0, 3.0 + 2.0);
+        assert_eq!(plan_seconds(&two, &loads, &Writes::new(), &profile(0.0)).0, 3.0 + 2.0);
         // Both relus on site 0 (5 s each): the path is 5 + 3 s, but site 0's
         // processors run both, 10 s.
         set(&mut loads, "mx", vec![load(0, 0, 50), load(0, 0, 0)]);
         set(&mut loads, "my", vec![load(0, 0, 50), load(0, 0, 0)]);
-        assert_eq!(plan_seconds(&two, &loads, &profile(0.0)).0, 10.0);
+        assert_eq!(plan_seconds(&two, &loads, &Writes::new(), &profile(0.0)).0, 10.0);
         // Latencies: the first loads again, at 10 s per exchange. The path
         // holds one (1 + 3 + 10 + 1 s); the two shuffles' 20 s do not overlap.
         set(&mut loads, "mx", vec![load(0, 0, 10), load(0, 0, 10)]);
         set(&mut loads, "my", vec![load(0, 0, 20), load(0, 0, 0)]);
         set(&mut loads, "sy", vec![load(0, 200, 0), load(200, 0, 0)]);
         set(&mut loads, "j", vec![load(0, 0, 10), load(0, 0, 10)]);
-        assert_eq!(plan_seconds(&two, &loads, &profile(10.0)).0, 20.0);
-        assert_eq!(plan_seconds(&two, &loads, &profile(1.0)).0, 1.0 + 3.0 + 1.0 + 1.0);
+        assert_eq!(plan_seconds(&two, &loads, &Writes::new(), &profile(10.0)).0, 20.0);
+        assert_eq!(plan_seconds(&two, &loads, &Writes::new(), &profile(1.0)).0, 1.0 + 3.0 + 1.0 + 1.0);
         // Never more than the stages in turn.
         for latency in [0.0, 0.5, 10.0] {
-            let (t, _) = plan_seconds(&two, &loads, &profile(latency));
+            let (t, _) = plan_seconds(&two, &loads, &Writes::new(), &profile(latency));
             let in_turn: f64 = ["mx", "sx", "my", "sy", "j"]
                 .iter()
                 .map(|n| stage_seconds(n.starts_with('s'), &loads[*n], &profile(latency)).0)
@@ -891,18 +964,18 @@ mod tests {
         // Per site: operands 1 s, GEMMs and folds 4 s, partial sums 1 s; the
         // link carries 2 s each way, so the GEMMs bound the pipeline, plus a
         // fill and drain of (1 + 1) / 4. Then the final sum, 1 s.
-        let (t, b) = plan_seconds(&plan, &cmm_loads(100, 100), &profile(0.0));
+        let (t, b) = plan_seconds(&plan, &cmm_loads(100, 100), &Writes::new(), &profile(0.0));
         assert_eq!(t, 4.5 + 1.0);
         let b = b.unwrap();
         assert_eq!((b.node.as_str(), b.resource, b.seconds), ("A", Resource::Compute, 4.5));
         // Link-bound: 5 s of operands and 3 s of partial sums share the
         // incoming link (8 s), plus (5 + 4 + 3 − 5) / 4.
-        let (t, b) = plan_seconds(&plan, &cmm_loads(500, 300), &profile(0.0));
+        let (t, b) = plan_seconds(&plan, &cmm_loads(500, 300), &Writes::new(), &profile(0.0));
         assert_eq!(t, 9.75 + 1.0);
         assert_eq!(b.unwrap().resource, Resource::LinkIn);
         // One latency per level of exchange (operands, partial sums), not
         // one per exchange.
-        let (t, _) = plan_seconds(&plan, &cmm_loads(100, 100), &profile(0.5));
+        let (t, _) = plan_seconds(&plan, &cmm_loads(100, 100), &Writes::new(), &profile(0.5));
         assert_eq!(t, 4.5 + 1.0 + 2.0 * 0.5);
     }
 
@@ -915,25 +988,25 @@ mod tests {
         // the site's processors are busy 4 + 0.5 + 0.5 s, the links 2 s each
         // way; plus the fill and drain of (1 + 1) / 4. Then the final sum.
         let p = Profile { exchange_cpu_bytes_per_second: Some(200.0), ..profile(0.0) };
-        let (t, b) = plan_seconds(&plan, &cmm_loads(100, 100), &p);
+        let (t, b) = plan_seconds(&plan, &cmm_loads(100, 100), &Writes::new(), &p);
         assert_eq!(t, 5.0 + 0.5 + 1.0);
         assert_eq!(b.unwrap().resource, Resource::Compute);
         // Never more than the stages one after another: at 100 bytes a
         // second the processors are busy 4 + 1 + 1 s, and the fill and drain
         // would take the pipeline past 1 + 4 + 1 s.
         let p = Profile { exchange_cpu_bytes_per_second: Some(100.0), ..profile(0.0) };
-        assert_eq!(plan_seconds(&plan, &cmm_loads(100, 100), &p).0, 6.0 + 1.0);
+        assert_eq!(plan_seconds(&plan, &cmm_loads(100, 100), &Writes::new(), &p).0, 6.0 + 1.0);
         // Processors that move bytes 4× slower than the links: the operands
         // take 4 s, the GEMMs 4 s and the partial sums 4 s.
         let slow = Profile { exchange_cpu_bytes_per_second: Some(25.0), ..profile(0.0) };
-        assert_eq!(plan_seconds(&plan, &cmm_loads(100, 100), &slow).0, 4.0 + 4.0 + 4.0 + 1.0);
+        assert_eq!(plan_seconds(&plan, &cmm_loads(100, 100), &Writes::new(), &slow).0, 4.0 + 4.0 + 4.0 + 1.0);
         // An exchange stage on its own: the slower of its link and the
         // processors moving its bytes.
         let p = Profile { exchange_cpu_bytes_per_second: Some(200.0), ..profile(0.0) };
         assert_eq!(stage_seconds(true, &[load(100, 100, 0)], &p), (1.0, 0, Resource::LinkOut));
         assert_eq!(stage_seconds(true, &[load(100, 100, 0)], &slow), (4.0, 0, Resource::Compute));
         // Without the rate (profiles from before it), no processor time.
-        let (t, _) = plan_seconds(&plan, &cmm_loads(100, 100), &profile(0.0));
+        let (t, _) = plan_seconds(&plan, &cmm_loads(100, 100), &Writes::new(), &profile(0.0));
         assert_eq!(t, 4.5 + 1.0);
         let q: Profile = serde_json::from_str(r#"{"link_bytes_per_second": 1e8}"#).unwrap();
         assert_eq!(q.exchange_cpu_bytes_per_second, None);
@@ -948,7 +1021,7 @@ mod tests {
         // the operands, its partial sum leaves after all the GEMMs.
         let plan = plan(2, CMM, r#""F""#);
         assert_eq!(streamed_pipelines(&plan)[0].output_blocks, 2);
-        let (t, _) = plan_seconds(&plan, &cmm_loads(100, 100), &profile(0.0));
+        let (t, _) = plan_seconds(&plan, &cmm_loads(100, 100), &Writes::new(), &profile(0.0));
         assert_eq!(t, 1.0 + 4.0 + 1.0 + 1.0);
     }
 
@@ -958,7 +1031,7 @@ mod tests {
         // The join is an output too: not fused, not streamed.
         let unfused = plan(8, CMM, r#""F", "J""#);
         assert!(streamed_pipelines(&unfused).is_empty());
-        assert_eq!(plan_seconds(&unfused, &cmm_loads(100, 100), &profile(0.0)).0, sequential);
+        assert_eq!(plan_seconds(&unfused, &cmm_loads(100, 100), &Writes::new(), &profile(0.0)).0, sequential);
         // An operand computed by a local operator: its keys are not known
         // before it runs.
         let nodes = format!(
@@ -974,7 +1047,7 @@ mod tests {
             r#""F""#,
         );
         assert!(streamed_pipelines(&max).is_empty());
-        assert_eq!(plan_seconds(&max, &cmm_loads(100, 100), &profile(0.0)).0, sequential);
+        assert_eq!(plan_seconds(&max, &cmm_loads(100, 100), &Writes::new(), &profile(0.0)).0, sequential);
     }
 
     #[test]
@@ -989,7 +1062,7 @@ mod tests {
         // the shuffle's 100), GEMMs and folds 4 s, partial sums 1 s; the link
         // carries 4 s each way, as long as the GEMMs; plus a fill and drain of
         // (3 + 4 + 1 − 4) / 4; then the sum. Not the broadcast's 2 s first.
-        assert_eq!(plan_seconds(&plan(8, &bmm, r#""F""#), &loads, &profile(0.0)).0, 5.0 + 1.0);
+        assert_eq!(plan_seconds(&plan(8, &bmm, r#""F""#), &loads, &Writes::new(), &profile(0.0)).0, 5.0 + 1.0);
         let both = bmm.replace(r#""op": "shuffle", "input": "X", "dims": [1]"#, r#""op": "broadcast", "input": "X""#);
         assert!(streamed_pipelines(&plan(8, &both, r#""F""#)).is_empty());
     }
@@ -1012,5 +1085,35 @@ mod tests {
         assert!(Profile { job_overhead_seconds: Some(0.0), ..Profile::default() }.check().is_ok());
         let bad = Profile { exchange_cpu_bytes_per_second: Some(0.0), ..Profile::default() };
         assert_eq!(bad.check().unwrap_err().0, "exchange_cpu_bytes_per_second");
+        let bad = Profile { output_bytes_per_second: Some(f64::NAN), ..Profile::default() };
+        assert_eq!(bad.check().unwrap_err().0, "output_bytes_per_second");
+    }
+
+    #[test]
+    fn writing_an_output_is_a_stage_after_it_priced_only_with_a_write_rate() {
+        let nodes = r#""s": {"op": "shuffle", "input": "X", "dims": [1]},
+            "j": {"op": "local_join", "left": "s", "right": "Y", "left_keys": [1], "right_keys": [0], "kernel": "matMul"}"#;
+        let plan = plan(8, nodes, r#""j""#);
+        let mut loads = IndexMap::new();
+        loads.insert("s".to_string(), Arc::new(vec![load(100, 0, 0), load(0, 100, 0)]));
+        loads.insert("j".to_string(), Arc::new(vec![load(0, 0, 20), load(0, 0, 30)]));
+        let mut writes = Writes::new();
+        writes.insert("j".to_string(), vec![400, 100]);
+        // Without a write rate the writes cost nothing: shuffle 1 s, join 3 s.
+        assert_eq!(plan_seconds(&plan, &loads, &writes, &profile(0.0)).0, 4.0);
+        // At 100 bytes/s site 0 writes for 4 s after the join: the longest
+        // stage, named after the output, bounded by writing.
+        let p = Profile { output_bytes_per_second: Some(100.0), ..profile(0.0) };
+        let (t, b) = plan_seconds(&plan, &loads, &writes, &p);
+        assert_eq!(t, 1.0 + 3.0 + 4.0);
+        let b = b.unwrap();
+        assert_eq!((b.node.as_str(), b.site, b.resource, b.seconds), ("j", 0, Resource::Write, 4.0));
+        // An output without bytes adds nothing; one no operator makes (an
+        // input written as is) is written from the start, beside the rest.
+        let mut none = Writes::new();
+        none.insert("j".to_string(), vec![0, 0]);
+        assert_eq!(plan_seconds(&plan, &loads, &none, &p).0, 4.0);
+        none.insert("X".to_string(), vec![0, 100]);
+        assert_eq!(plan_seconds(&plan, &loads, &none, &p).0, 4.0);
     }
 }

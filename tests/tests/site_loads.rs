@@ -15,7 +15,7 @@ use rand_chacha::ChaCha8Rng;
 use std::collections::BTreeMap;
 use tra_executor::reference::{eval_ia, AnyLayout, IaRun, PhysRelation, Site};
 use tra_optimizer::check::check_plan;
-use tra_optimizer::loads::{plan_loads, SiteLoad};
+use tra_optimizer::loads::{plan_loads, LoadCache, SiteLoad, Writes};
 use tra_optimizer::optimize::{optimize, Limits};
 use tra_optimizer::time::CostModel;
 use tra_optimizer::{Cluster, IaOp, KernelRef, Plan, Program};
@@ -164,9 +164,29 @@ fn check(tag: &str, p: &Program, seed: u64) -> usize {
     let inputs = tra_tests::random_inputs(&p, seed);
     for alt in &answer.alternatives {
         let typed = check_plan(&alt.plan, sites).unwrap();
-        let predicted = plan_loads(&alt.plan, &typed, sites, BYTES_PER_FLOAT).unwrap();
+        let (predicted, writes) =
+            LoadCache::new(sites, BYTES_PER_FLOAT).plan_loads_and_writes(&alt.plan, &typed).unwrap();
+        assert_eq!(predicted, plan_loads(&alt.plan, &typed, sites, BYTES_PER_FLOAT).unwrap());
         let run = eval_ia(&alt.plan, sites, &inputs, AnyLayout::RoundRobin)
             .unwrap_or_else(|e| panic!("{tag}, {}: {e}\n{}", alt.label, alt.plan.to_sexpr()));
+        // The bytes each site writes of each output: its tuples' blocks,
+        // a replicated tuple's on site 0 (the cluster runtime's worker 0).
+        for name in &alt.plan.outputs {
+            let mut wrote = vec![0u64; sites];
+            for (_, s, n, _) in tuples(&run.values[name]) {
+                wrote[match s {
+                    Site::At(s) => s,
+                    Site::Everywhere => 0,
+                }] += n * BYTES_PER_FLOAT;
+            }
+            assert_eq!(
+                writes.get(name),
+                Some(&wrote),
+                "{tag}, {}, {sites} sites, output {name}: predicted (left) vs measured bytes written per site\n{}",
+                alt.label,
+                alt.plan.to_sexpr()
+            );
+        }
         let got = measured(&alt.plan, &run, sites);
         for (name, loads) in &got {
             assert_eq!(
@@ -196,6 +216,7 @@ fn overlap_is_bounded_by_its_stages(tag: &str, plan: &Plan, loads: &IndexMap<Str
         job_overhead_seconds: None,
         bytes_per_float: 4,
         exchange_cpu_bytes_per_second: None,
+        output_bytes_per_second: None,
     };
     let profiles = [
         base,
@@ -204,7 +225,7 @@ fn overlap_is_bounded_by_its_stages(tag: &str, plan: &Plan, loads: &IndexMap<Str
         Profile { link_bytes_per_second: 1e9, memory_bytes_per_second: 1e2, ..base },
     ];
     for p in profiles {
-        let (total, _) = plan_seconds(plan, loads, &p);
+        let (total, _) = plan_seconds(plan, loads, &Writes::new(), &p);
         let each = plan.nodes.iter().map(|(name, op)| {
             let exchange = matches!(op, IaOp::Shuffle { .. } | IaOp::Broadcast { .. });
             stage_seconds(exchange, &loads[name], &p).0
@@ -283,6 +304,7 @@ fn stage_costs_and_the_exact_scorer_agree() {
         job_overhead_seconds: None,
         bytes_per_float: 4,
         exchange_cpu_bytes_per_second: None,
+        output_bytes_per_second: None,
     };
     let programs = [
         // Thin matmul: partial sums of products are aggregated (memory-bound folds).

@@ -154,7 +154,9 @@ pub fn document(config: &ServerConfig) -> Value {
                     "description": "Fixed time of a job, once per plan whatever it does (starting the dataflow, the processes agreeing that each operator has finished); optional (absent: 0). It moves every plan alike"},
                 "bytes_per_float": {"type": "integer", "default": 4, "minimum": 1, "maximum": 16, "description": "Bytes of one float on the wire"},
                 "exchange_cpu_bytes_per_second": {"type": "number",
-                    "description": "Bytes a site exchanges (sent and received alike) per second of its processors' time; optional (absent: exchanges cost no processor time). A streamed matmul's GEMMs share the processors with its exchanges"}
+                    "description": "Bytes a site exchanges (sent and received alike) per second of its processors' time; optional (absent: exchanges cost no processor time). A streamed matmul's GEMMs share the processors with its exchanges"},
+                "output_bytes_per_second": {"type": "number",
+                    "description": "Bytes per second a site writes of a plan output into the output's file (`tra run --output` on processes or hosts); optional (absent: writing outputs costs nothing, as when they are returned in memory). Writing is a stage after the operator that makes the output, and processor time of the site"}
             },
             "additionalProperties": false
         },
@@ -164,7 +166,7 @@ pub fn document(config: &ServerConfig) -> Value {
             "properties": {
                 "node": {"type": "string", "description": "The plan operator"},
                 "site": {"type": "integer"},
-                "resource": {"type": "string", "enum": ["compute", "memory", "link_in", "link_out"]},
+                "resource": {"type": "string", "enum": ["compute", "memory", "link_in", "link_out", "write"]},
                 "seconds": {"type": "number", "description": "That stage's predicted seconds"}
             },
             "required": ["node", "site", "resource", "seconds"]
