@@ -129,6 +129,9 @@ pub struct Calibration {
     /// Per-site memory rates of the best run (a `matAdd` aggregation), bytes
     /// per second.
     pub memory_bytes_per_second: Vec<f64>,
+    /// Per-site rates of writing a dense output into its file in the best
+    /// run, bytes per second.
+    pub output_bytes_per_second: Vec<f64>,
     /// The latency of a small exchange of ready operands (the chain of
     /// shuffles), seconds.
     pub exchange_latency_seconds: f64,
@@ -488,6 +491,42 @@ pub fn calibrate(args: &CalibrateArgs) -> Result<Calibration, String> {
         _ => (0.0, 0.0),
     };
 
+    // Writing outputs: a dense output (as a matmul's is by default), 32 MiB
+    // of fresh blocks per site (a `relu` of an input), each site's writing
+    // thread's busy time over the bytes it wrote (`site_write_ms`,
+    // `site_bytes` of the report). The sites' bytes over their busy time,
+    // summed, in the fastest run: site 0 also opens and preallocates the
+    // file, so the sites' rates differ, and the rate is the mean cost of a
+    // byte.
+    let columns = 8usize;
+    let rows = ((32usize << 20) / (b * b * 4 * columns)).max(1) * n;
+    let write = plan(serde_json::json!({
+        "inputs": {"W": {"key_bounds": [rows, columns], "array_bounds": [b, b], "placement": {"hash": [0]}}},
+        "nodes": {"O": {"op": "local_map", "input": "W", "kernel": "relu"}},
+        "outputs": ["O"]}))?;
+    let mut spec = runner.job(&write)?;
+    spec.dense_outputs.insert("O".to_string());
+    let mut write_rates: Vec<f64> = Vec::new();
+    let mut output_write = 0.0f64;
+    for _ in 0..reps {
+        let r = runner.run(&spec)?;
+        let o = r.outputs.get("O").ok_or("internal error: the write job reported no output `O`")?;
+        let figures = |field: &str| -> Vec<f64> {
+            o[field].as_array().map(|a| a.iter().filter_map(serde_json::Value::as_f64).collect()).unwrap_or_default()
+        };
+        let sites: Vec<(f64, f64)> = figures("site_bytes")
+            .into_iter()
+            .zip(figures("site_write_ms"))
+            .filter(|&(bytes, ms)| bytes > 0.0 && ms > 0.0)
+            .map(|(bytes, ms)| (bytes, ms / 1000.0))
+            .collect();
+        let (bytes, seconds) = sites.iter().fold((0.0, 0.0), |(b, t), &(x, y)| (b + x, t + y));
+        if seconds > 0.0 && bytes / seconds > output_write {
+            output_write = bytes / seconds;
+            write_rates = sites.iter().map(|(b, t)| b / t).collect();
+        }
+    }
+
     // The fixed time of a job, whatever its plan does: a plan of one local
     // operator on one float per site, its run less its reading of the
     // inputs. Measured on two processes over loopback it is 8–30 ms (the
@@ -545,12 +584,14 @@ pub fn calibrate(args: &CalibrateArgs) -> Result<Calibration, String> {
         job_overhead_seconds: job_overhead.is_finite().then_some(job_overhead),
         bytes_per_float: 4,
         exchange_cpu_bytes_per_second: exchange_cpu,
+        output_bytes_per_second: (output_write > 0.0 && output_write.is_finite()).then_some(output_write),
     };
     Ok(Calibration {
         profile,
         site_flops_per_second: best_rates,
         gemm: gemm_backend,
         memory_bytes_per_second: memory_rates,
+        output_bytes_per_second: write_rates,
         exchange_latency_seconds: exchange_latency,
         exchange_intercept_seconds: intercept,
         seconds: start.elapsed().as_secs_f64(),

@@ -239,10 +239,12 @@ fn run(cli: Cli) -> Result<(), String> {
             eprintln!("GEMM: {}", c.gemm);
             if verbose {
                 eprintln!(
-                    "per-site GEMM flops/s: {:?}; per-site memory bytes/s: {:?}; a small exchange's latency {:.2} ms, \
-                     a large one's intercept {:.2} ms; calibration took {:.1} s",
+                    "per-site GEMM flops/s: {:?}; per-site memory bytes/s: {:?}; per-site output writing bytes/s: \
+                     {:?}; a small exchange's latency {:.2} ms, a large one's intercept {:.2} ms; calibration took \
+                     {:.1} s",
                     c.site_flops_per_second,
                     c.memory_bytes_per_second,
+                    c.output_bytes_per_second,
                     c.exchange_latency_seconds * 1e3,
                     c.exchange_intercept_seconds * 1e3,
                     c.seconds

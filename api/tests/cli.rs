@@ -167,8 +167,14 @@ fn calibrate_prints_a_profile_that_optimize_takes() {
     let (ok, out, err) = tra(&["calibrate", "--processes", "2", "--reps", "1"]);
     assert!(ok, "{err}");
     let profile: serde_json::Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
-    for f in ["link_bytes_per_second", "site_flops_per_second", "memory_bytes_per_second", "latency_seconds"] {
-        assert!(profile[f].as_f64().unwrap() > 0.0, "{f}: {out}");
+    for f in [
+        "link_bytes_per_second",
+        "site_flops_per_second",
+        "memory_bytes_per_second",
+        "latency_seconds",
+        "output_bytes_per_second",
+    ] {
+        assert!(profile[f].as_f64().unwrap_or(0.0) > 0.0, "{f}: {out}");
     }
     assert_eq!(profile["bytes_per_float"], 4);
     // The GEMM the rate was measured with.
