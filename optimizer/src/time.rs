@@ -109,17 +109,17 @@
 //! site write the blocks of its own tuples of each output into the output's
 //! file (site 0 also the replicated ones), on a thread of its own that also
 //! checksums them, while the dataflow runs. With
-//! [`Profile::output_bytes_per_second`] each output's writing is a stage
-//! after the operator that makes it: per site, the bytes it writes over that
-//! rate, the busiest site bounding it; and processor time of the site (the
-//! copy into the file's pages is done by its cores). Measured on two
+//! [`Profile::output_bytes_per_second`], per site, the bytes it writes over
+//! that rate are processor time (the copy into the file's pages is done by
+//! its cores). An output that a streamed pipeline makes is written as its
+//! blocks are made: the writing is more work for the pipeline's processors
+//! (beside its GEMMs and the moving of its exchanges' bytes), overlapping its
+//! link time. Any other output is written after the operator that makes it,
+//! a stage of its own, the busiest site bounding it. Measured on two
 //! processes over loopback, the busiest site's writing thread was busy
-//! 34–50 ms of a 64 MiB dense output's 0.21–0.38 s plans, which the model
-//! without it under-predicted at 0.65–0.82×. Writing overlaps a streamed
-//! matmul's GEMMs in time (blocks are written as they are made), but on the
-//! loopback machine the processors are the bottleneck, and the copy takes
-//! them from the GEMMs. Without the rate, writes cost nothing (as outputs
-//! returned in memory do, `POST /v1/execute`).
+//! 34–63 ms of a 64 MiB dense output's 0.21–0.45 s plans, which the model
+//! without it under-predicted at 0.65–0.91×. Without the rate, writes cost
+//! nothing (as outputs returned in memory do, `POST /v1/execute`).
 //!
 //! The **bottleneck** of a plan is the stage that takes longest, with its
 //! busiest site and the resource (`compute`, `memory`, `link_in`,
@@ -204,8 +204,9 @@ pub struct Profile {
     /// file (`tra run --output`, on processes or hosts: each site's writing
     /// thread copies its blocks into the file and checksums them; `tra
     /// calibrate`: the busy time of those threads over the bytes they wrote,
-    /// a dense output). Writing is a stage after the operator that makes the
-    /// output, and processor time of the site. Optional: without it
+    /// a dense output). Processor time of the site: inside the streamed
+    /// pipeline that makes the output, else a stage after the operator that
+    /// makes it. Optional: without it
     /// outputs are written for free (as they are when returned in memory,
     /// `POST /v1/execute`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -444,7 +445,7 @@ pub fn pipeline_seconds(
     loads: &IndexMap<String, Arc<OpLoads>>,
     p: &Profile,
 ) -> (f64, usize, Resource) {
-    pipeline_stage(pipeline, loads, p).0
+    pipeline_stage(pipeline, loads, &[], p).0
 }
 
 /// A streamed pipeline's predicted time ([`pipeline_seconds`]) and every
@@ -453,6 +454,7 @@ pub fn pipeline_seconds(
 fn pipeline_stage(
     pipeline: &Pipeline,
     loads: &IndexMap<String, Arc<OpLoads>>,
+    writing: &[f64],
     p: &Profile,
 ) -> ((f64, usize, Resource), Vec<Busy>) {
     let sites = loads.values().map(|l| l.len()).max().unwrap_or(0);
@@ -477,7 +479,11 @@ fn pipeline_stage(
         let (o, l, x) = (operands[site], local[site], outputs[site]);
         let (cpu_a, cpu_c) = (p.exchange_cpu_seconds(&o), p.exchange_cpu_seconds(&x));
         let a = link(o.bytes_in).max(link(o.bytes_out)).max(cpu_a);
-        let (b, _, compute) = stage_seconds(false, &[l], p);
+        let (gemms, _, compute) = stage_seconds(false, &[l], p);
+        // Writing the pipeline's outputs as their blocks are made: more
+        // work for the site's processors.
+        let w = writing.get(site).copied().unwrap_or(0.0);
+        let b = gemms + w;
         let c = link(x.bytes_in).max(link(x.bytes_out)).max(cpu_c);
         // The site's processors run the GEMMs and move the exchanges' bytes.
         busy.push(Busy {
@@ -485,7 +491,7 @@ fn pipeline_stage(
             link_out: link(o.bytes_out + x.bytes_out),
             processors: b + cpu_a + cpu_c,
         });
-        let mut bound = (b + cpu_a + cpu_c, compute);
+        let mut bound = (b + cpu_a + cpu_c, if w > gemms + cpu_a + cpu_c { Resource::Write } else { compute });
         for (t, r) in
             [(link(o.bytes_in + x.bytes_in), Resource::LinkIn), (link(o.bytes_out + x.bytes_out), Resource::LinkOut)]
         {
@@ -632,11 +638,35 @@ pub fn plan_seconds(
             latency: p.latency_seconds,
         });
     }
-    // Writing each output into its file: after the operator that makes it.
-    if let Some(rate) = p.output_bytes_per_second {
+    // Writing each output into its file: inside the streamed pipeline that
+    // makes it, else a stage after the operator that makes it.
+    let write_seconds = |per_site: &[u64]| -> Vec<f64> {
+        let rate = p.output_bytes_per_second.unwrap_or(f64::INFINITY);
+        per_site.iter().map(|&b| b as f64 / rate).collect()
+    };
+    let mut pipeline_writes: Vec<Vec<f64>> = vec![Vec::new(); pipelines.len()];
+    if p.output_bytes_per_second.is_some() {
         for (name, per_site) in writes {
+            let Some(i) = pipelines.iter().position(|pl| {
+                pl.operand_exchanges
+                    .iter()
+                    .chain(&pl.output_exchanges)
+                    .chain([&pl.join, &pl.aggregate])
+                    .any(|m| m == name)
+            }) else {
+                continue;
+            };
+            let w = &mut pipeline_writes[i];
+            w.resize(w.len().max(per_site.len()), 0.0);
+            for (t, s) in w.iter_mut().zip(write_seconds(per_site)) {
+                *t += s;
+            }
+        }
+    }
+    if p.output_bytes_per_second.is_some() {
+        for (name, per_site) in writes.iter().filter(|(n, _)| !member.contains(n.as_str())) {
             let busy: Vec<Busy> =
-                per_site.iter().map(|&b| Busy { processors: b as f64 / rate, ..Busy::default() }).collect();
+                write_seconds(per_site).into_iter().map(|t| Busy { processors: t, ..Busy::default() }).collect();
             let (site, seconds) =
                 busy.iter()
                     .enumerate()
@@ -651,9 +681,9 @@ pub fn plan_seconds(
             });
         }
     }
-    for pl in &pipelines {
+    for (pl, writing) in pipelines.iter().zip(&pipeline_writes) {
         let members = pl.operand_exchanges.iter().chain(&pl.output_exchanges).chain([&pl.join, &pl.aggregate]);
-        let (time, busy) = pipeline_stage(pl, loads, p);
+        let (time, busy) = pipeline_stage(pl, loads, writing, p);
         stages.push(Stage {
             name: pl.aggregate.clone(),
             time,
@@ -1115,5 +1145,39 @@ mod tests {
         assert_eq!(plan_seconds(&plan, &loads, &none, &p).0, 4.0);
         none.insert("X".to_string(), vec![0, 100]);
         assert_eq!(plan_seconds(&plan, &loads, &none, &p).0, 4.0);
+    }
+
+    #[test]
+    fn a_streamed_matmuls_output_is_written_as_it_is_made_by_its_processors() {
+        // CMM without the partial sums' exchange: the streamed matmul's
+        // aggregate is the output, 8 blocks over 2 sites (g = 4).
+        let nodes = r#""SX": {"op": "shuffle", "input": "X", "dims": [1]},
+            "SY": {"op": "shuffle", "input": "Y", "dims": [0]},
+            "J": {"op": "local_join", "left": "SX", "right": "SY", "left_keys": [1], "right_keys": [0], "kernel": "matMul"},
+            "A": {"op": "local_aggregate", "input": "J", "group_by": [0, 2], "kernel": "matAdd"}"#;
+        let plan = plan(8, nodes, r#""A""#);
+        assert_eq!(streamed_pipelines(&plan).len(), 1);
+        let mut writes = Writes::new();
+        writes.insert("A".to_string(), vec![200, 200]);
+        let p = Profile { output_bytes_per_second: Some(100.0), ..profile(0.0) };
+        // Link-bound (operands 10 s, GEMMs and folds 4 s, writing 2 s per
+        // site): the writing hides behind the link but for the fill and
+        // drain, (10 + 6 − 10) / 4; not 2 s after the pipeline.
+        let only_a = |mut loads: IndexMap<String, Arc<OpLoads>>| {
+            loads.retain(|n, _| plan.nodes.contains_key(n));
+            loads
+        };
+        let loads = only_a(cmm_loads(1000, 0));
+        assert_eq!(plan_seconds(&plan, &loads, &Writes::new(), &p).0, 10.0 + 1.0);
+        assert_eq!(plan_seconds(&plan, &loads, &writes, &p).0, 10.0 + 1.5);
+        // Processor-bound (operands 1 s): GEMMs and writing in turn, 4 + 2 s,
+        // plus (1 + 6 − 6) / 4; the bottleneck is the pipeline's compute.
+        let loads = only_a(cmm_loads(100, 0));
+        let (t, b) = plan_seconds(&plan, &loads, &writes, &p);
+        assert_eq!(t, 6.0 + 0.25);
+        assert_eq!(b.unwrap().resource, Resource::Compute);
+        // Writing more than the GEMMs do: the pipeline is bound by writing.
+        writes.insert("A".to_string(), vec![600, 600]);
+        assert_eq!(plan_seconds(&plan, &loads, &writes, &p).1.unwrap().resource, Resource::Write);
     }
 }
