@@ -62,6 +62,9 @@ ap.add_argument("--max-others", type=float, default=0.10,
 ap.add_argument("--baseline-profile", default=None,
                 help="the profile the baseline ranks with (default: --profile), e.g. the baseline binary's own "
                      "`tra calibrate`, when the calibration changed too")
+ap.add_argument("--repredict", default=None,
+                help="run nothing: rank the alternatives with this binary and profile and set them beside the "
+                     "measured times of an earlier --json (matched by shape and alternative label)")
 args = ap.parse_args()
 if not 0.0 <= args.max_others <= 1.0:
     ap.error(f"--max-others {args.max_others}: a share of a machine's processors, between 0 and 1")
@@ -208,7 +211,27 @@ def run_shape(name, prog, d):
     writes = {k: None for k in plans}  # the busiest site's seconds writing outputs, in the fastest run
     checksums = {}
     disturbed = kept_disturbed = 0
-    for _ in range(args.reps):
+    if args.repredict:
+        # The same plan (rows that list their plans), else the same model's
+        # alternative at the same place with the same label.
+        earlier = {}
+        for r in PREVIOUS:
+            if r["shape"] == name:
+                n = len(r["labels"])
+                for i, (lab, m, w) in enumerate(zip(r["labels"], r["measured_s"], r.get("writing_s") or [None] * n)):
+                    earlier[(r["model"], i, lab)] = (m, w)
+                    if r.get("plans"):
+                        earlier[json.dumps(r["plans"][i], sort_keys=True)] = (m, w)
+        for model, alts in answers.items():
+            for i, a in enumerate(alts):
+                key = json.dumps(a["plan"], sort_keys=True)
+                found = earlier.get(key) or earlier.get((model, i, a["label"]))
+                if found is None:
+                    print(f"{name}: {model}'s `{a['label']}` was not measured in {args.repredict}; shape skipped",
+                          file=sys.stderr)
+                    return []
+                measured[key], writes[key] = found
+    for _ in range(0 if args.repredict else args.reps):
         for key, fp in plans.items():
             for attempt in range(3):
                 rep = json.loads(sh([args.tra, "run", path, *ins, *where(), "--plan", fp, "--format", "json", *outs]))
@@ -224,9 +247,9 @@ def run_shape(name, prog, d):
                 writes[key] = busiest_writer(rep)
             measured[key] = s if measured[key] is None else min(measured[key], s)
             checksums[key] = [rep["outputs"][o]["checksum"]["sum"] for o in prog["outputs"]]
-    ref = next(iter(checksums.values()))
-    scale = [max(abs(v["checksum"]["abs_sum"]), 1.0) for v in rep["outputs"].values()]
     for key, c in checksums.items():
+        ref = next(iter(checksums.values()))
+        scale = [max(abs(v["checksum"]["abs_sum"]), 1.0) for v in rep["outputs"].values()]
         for x, y, sc in zip(c, ref, scale):
             assert abs(x - y) <= 1e-3 * sc, f"{name}: plans disagree ({x} vs {y})"
     fastest = min(measured.values())
@@ -238,7 +261,7 @@ def run_shape(name, prog, d):
         meas = [measured[k] for k in keys]
         rows.append({"shape": name, "model": model, "labels": [a["label"] for a in alts],
                      "predicted_s": pred, "ranked_by": rank, "measured_s": meas,
-                     "writing_s": [writes[k] for k in keys],
+                     "writing_s": [writes[k] for k in keys], "plans": [a["plan"] for a in alts],
                      "chosen_predicted_over_measured": pred[0] / meas[0],
                      "regret": meas[0] / fastest, "kendall_tau": kendall(rank, meas),
                      "runs_disturbed": disturbed, "disturbed_runs_kept": kept_disturbed})
@@ -248,6 +271,12 @@ def run_shape(name, prog, d):
               f"tau {tau}  ({len(alts)} alternatives, {len(plans)} plans run; {disturbed} runs disturbed and "
               f"run again, {kept_disturbed} kept disturbed)", file=sys.stderr, flush=True)
     return rows
+
+
+PREVIOUS = []
+if args.repredict:
+    with open(args.repredict) as f:
+        PREVIOUS = json.load(f)
 
 
 def main():

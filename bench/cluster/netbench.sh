@@ -19,6 +19,12 @@
 #   sudo bench/cluster/netbench.sh [--rate 100mbit] [--processes 3] [--reps 5]
 #                                  [--block 256] [--tra PATH] [--out FILE.json]
 #                                  [--every-alternative] [--only TEXT] [--baseline-tra PATH]
+#                                  [--baseline-without FIELD]
+#
+# --baseline-without FIELD (with --every-alternative) also ranks every
+# alternative with the calibrated profile less FIELD (rows `time-baseline`,
+# the same binary unless --baseline-tra says otherwise): what one profile
+# field changes, on the same measurements.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -31,6 +37,7 @@ OUT=bench/cluster/netbench-results.json
 EVERY=0
 ONLY=""
 BASELINE=""
+WITHOUT=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --rate) RATE="$2"; shift 2 ;;
@@ -42,6 +49,7 @@ while [ $# -gt 0 ]; do
     --every-alternative) EVERY=1; shift ;;
     --only) ONLY="$2"; shift 2 ;;
     --baseline-tra) BASELINE="$2"; shift 2 ;;
+    --baseline-without) WITHOUT="$2"; shift 2 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -110,9 +118,16 @@ if [ "$EVERY" = 1 ]; then
   PROFILE="${OUT%.json}-profile.json"
   "$TRA" calibrate --hosts "$WORK/hosts.txt" --dir "$WORK" --block "$BLOCK" --verbose > "$PROFILE"
   cat "$PROFILE"
+  BASELINE_PROFILE=""
+  if [ -n "$WITHOUT" ]; then
+    BASELINE_PROFILE="${OUT%.json}-profile-without-$WITHOUT.json"
+    python3 -c 'import json, sys; p = json.load(open(sys.argv[1])); p.pop(sys.argv[2], None); json.dump(p, open(sys.argv[3], "w"), indent=2)' \
+      "$PROFILE" "$WITHOUT" "$BASELINE_PROFILE"
+    BASELINE="${BASELINE:-$TRA}"
+  fi
   python3 bench/run_every_alternative.py --tra "$TRA" --hosts "$WORK/hosts.txt" --work "$WORK" \
     --profile "$PROFILE" --reps "$REPS" --block "$BLOCK" --json "$OUT" ${ONLY:+--only "$ONLY"} \
-    ${BASELINE:+--baseline-tra "$BASELINE"}
+    ${BASELINE:+--baseline-tra "$BASELINE"} ${BASELINE_PROFILE:+--baseline-profile "$BASELINE_PROFILE"}
   exit 0
 fi
 
