@@ -637,8 +637,9 @@ async fn a_slow_network_profile_changes_the_prediction_and_a_bad_one_is_named() 
     assert_eq!(b["node"], "Z", "{}", w["cost"]);
     // Z is 2 × 2 blocks of 1024² floats: the busiest site writes at least one.
     assert!(b["seconds"].as_f64().unwrap() >= 4.0 * 1024.0 * 1024.0 / 1e3, "{b}");
-    // The output is written after it is computed.
-    assert!(w["cost"]["seconds"].as_f64().unwrap() > b["seconds"].as_f64().unwrap(), "{}", w["cost"]);
+    // No stage takes longer than the plan (the output is written as the
+    // streamed matmul makes it: writing bounds that pipeline).
+    assert!(w["cost"]["seconds"].as_f64().unwrap() >= b["seconds"].as_f64().unwrap(), "{}", w["cost"]);
     let mut unknown = skewed(Some("speed"));
     unknown["cluster"]["cost_model"] = json!("speed");
     let r = post(addr, "/v1/optimize", &unknown).await;
