@@ -867,14 +867,20 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_plan_whose_stages_form_one_chain_takes_their_sum_and_names_the_longest() {
+    /// X shuffled by k (site 0 sends 100 bytes to site 1: 1 s), then
+    /// joined with Y (2 s on site 0, 3 s on site 1), the join the output.
+    fn shuffle_then_join() -> (Plan, IndexMap<String, Arc<OpLoads>>) {
         let nodes = r#""s": {"op": "shuffle", "input": "X", "dims": [1]},
             "j": {"op": "local_join", "left": "s", "right": "Y", "left_keys": [1], "right_keys": [0], "kernel": "matMul"}"#;
-        let plan = plan(8, nodes, r#""j""#);
         let mut loads = IndexMap::new();
         loads.insert("s".to_string(), Arc::new(vec![load(100, 0, 0), load(0, 100, 0)]));
         loads.insert("j".to_string(), Arc::new(vec![load(0, 0, 20), load(0, 0, 30)]));
+        (plan(8, nodes, r#""j""#), loads)
+    }
+
+    #[test]
+    fn a_plan_whose_stages_form_one_chain_takes_their_sum_and_names_the_longest() {
+        let (plan, loads) = shuffle_then_join();
         let (t, b) = plan_seconds(&plan, &loads, &Writes::new(), &profile(0.0));
         assert_eq!(t, 4.0);
         let b = b.unwrap();
@@ -1121,12 +1127,7 @@ mod tests {
 
     #[test]
     fn writing_an_output_is_a_stage_after_it_priced_only_with_a_write_rate() {
-        let nodes = r#""s": {"op": "shuffle", "input": "X", "dims": [1]},
-            "j": {"op": "local_join", "left": "s", "right": "Y", "left_keys": [1], "right_keys": [0], "kernel": "matMul"}"#;
-        let plan = plan(8, nodes, r#""j""#);
-        let mut loads = IndexMap::new();
-        loads.insert("s".to_string(), Arc::new(vec![load(100, 0, 0), load(0, 100, 0)]));
-        loads.insert("j".to_string(), Arc::new(vec![load(0, 0, 20), load(0, 0, 30)]));
+        let (plan, loads) = shuffle_then_join();
         let mut writes = Writes::new();
         writes.insert("j".to_string(), vec![400, 100]);
         // Without a write rate the writes cost nothing: shuffle 1 s, join 3 s.
