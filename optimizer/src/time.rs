@@ -640,40 +640,31 @@ pub fn plan_seconds(
     }
     // Writing each output into its file: inside the streamed pipeline that
     // makes it, else a stage after the operator that makes it.
-    let write_seconds = |per_site: &[u64]| -> Vec<f64> {
-        let rate = p.output_bytes_per_second.unwrap_or(f64::INFINITY);
-        per_site.iter().map(|&b| b as f64 / rate).collect()
-    };
     let mut pipeline_writes: Vec<Vec<f64>> = vec![Vec::new(); pipelines.len()];
-    if p.output_bytes_per_second.is_some() {
+    if let Some(rate) = p.output_bytes_per_second {
         for (name, per_site) in writes {
-            let Some(i) = pipelines.iter().position(|pl| {
+            let seconds = per_site.iter().map(|&b| b as f64 / rate);
+            let made_by = pipelines.iter().position(|pl| {
                 pl.operand_exchanges
                     .iter()
                     .chain(&pl.output_exchanges)
                     .chain([&pl.join, &pl.aggregate])
                     .any(|m| m == name)
-            }) else {
+            });
+            if let Some(i) = made_by {
+                let w = &mut pipeline_writes[i];
+                w.resize(w.len().max(per_site.len()), 0.0);
+                w.iter_mut().zip(seconds).for_each(|(t, s)| *t += s);
                 continue;
-            };
-            let w = &mut pipeline_writes[i];
-            w.resize(w.len().max(per_site.len()), 0.0);
-            for (t, s) in w.iter_mut().zip(write_seconds(per_site)) {
-                *t += s;
             }
-        }
-    }
-    if p.output_bytes_per_second.is_some() {
-        for (name, per_site) in writes.iter().filter(|(n, _)| !member.contains(n.as_str())) {
-            let busy: Vec<Busy> =
-                write_seconds(per_site).into_iter().map(|t| Busy { processors: t, ..Busy::default() }).collect();
-            let (site, seconds) =
+            let busy: Vec<Busy> = seconds.map(|t| Busy { processors: t, ..Busy::default() }).collect();
+            let (site, longest) =
                 busy.iter()
                     .enumerate()
                     .fold((0, 0.0), |best, (i, b)| if b.processors > best.1 { (i, b.processors) } else { best });
             stages.push(Stage {
                 name: name.clone(),
-                time: (seconds, site, Resource::Write),
+                time: (longest, site, Resource::Write),
                 busy,
                 members: Vec::new(),
                 after: Some(name.as_str()),
