@@ -350,23 +350,29 @@ pub(super) fn finish<T: Elem>(p: &Proc<T>, c: Collected<T>, wall_ms: f64) -> Res
             streamed: !c.reports.is_empty() && c.reports.iter().all(|r| r.steps.get(i).is_some_and(|s| s.streamed)),
         });
     }
-    let mut written: BTreeMap<String, Written> = BTreeMap::new();
     let mut written_by_site: BTreeMap<String, Vec<Written>> = BTreeMap::new();
     for r in &c.reports {
         for (o, w) in &r.written {
-            let e = written.entry(o.clone()).or_default();
-            e.tuples += w.tuples;
-            e.sum += w.sum;
-            e.abs_sum += w.abs_sum;
-            e.bytes += w.bytes;
-            e.busy_ns += w.busy_ns;
-            if let Some(at) =
-                written_by_site.entry(o.clone()).or_insert_with(|| vec![Written::default(); p.sites]).get_mut(r.site)
-            {
+            let sites = written_by_site.entry(o.clone()).or_insert_with(|| vec![Written::default(); p.sites]);
+            if let Some(at) = sites.get_mut(r.site) {
                 *at = *w;
             }
         }
     }
+    // Each output's totals, summed over its sites.
+    let written: BTreeMap<String, Written> = written_by_site
+        .iter()
+        .map(|(o, sites)| {
+            let total = sites.iter().fold(Written::default(), |t, w| Written {
+                tuples: t.tuples + w.tuples,
+                sum: t.sum + w.sum,
+                abs_sum: t.abs_sum + w.abs_sum,
+                bytes: t.bytes + w.bytes,
+                busy_ns: t.busy_ns + w.busy_ns,
+            });
+            (o.clone(), total)
+        })
+        .collect();
     Ok(ClusterRun {
         sites: p.sites,
         processes: p.processes,
