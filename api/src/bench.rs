@@ -158,15 +158,24 @@ pub fn run(reps: usize, chains: &[usize], only: Option<&str>, model: CostModel) 
         let p = Program::from_value(&e.program).map_err(|x| format!("{}: {x}", e.name))?;
         rows.push(measure(e.name, &with_model(p), &rules, reps)?);
     }
+    let wanted = |name: &str| only.is_none_or(|o| selected(name, o));
+    for &n in chains {
+        let name = format!("chain of {n} matmuls");
+        if wanted(&name) {
+            rows.push(measure(&name, &with_model(matmul_chain(n)), &rules, reps)?);
+        }
+    }
+    for &n in chains {
+        let name = format!("mixed chain of {n} matmuls");
+        if wanted(&name) {
+            rows.push(measure(&name, &with_model(mixed_chain(n)), &rules, reps)?);
+        }
+    }
     if let (Some(o), true) = (only, rows.is_empty()) {
-        let names: Vec<&str> = examples::all().iter().map(|e| e.name).collect();
+        let mut names: Vec<String> = examples::all().iter().map(|e| e.name.to_string()).collect();
+        names.extend(chains.iter().map(|n| format!("chain of {n} matmuls")));
+        names.extend(chains.iter().map(|n| format!("mixed chain of {n} matmuls")));
         return Err(format!("--only {o}: no workload matches (workloads: {})", names.join(", ")));
-    }
-    for &n in chains.iter().filter(|_| only.is_none()) {
-        rows.push(measure(&format!("chain of {n} matmuls"), &with_model(matmul_chain(n)), &rules, reps)?);
-    }
-    for &n in chains.iter().filter(|_| only.is_none()) {
-        rows.push(measure(&format!("mixed chain of {n} matmuls"), &with_model(mixed_chain(n)), &rules, reps)?);
     }
     Ok(rows)
 }
@@ -213,6 +222,8 @@ mod tests {
         assert!(e.contains("--only =nosuch: no workload matches") && e.contains("matmul"), "{e}");
         let rows = run(1, &[2], Some("=softmax"), CostModel::Network).unwrap();
         assert_eq!(rows.iter().map(|r| r.name.as_str()).collect::<Vec<_>>(), ["softmax"]);
+        let rows = run(1, &[2, 3], Some("=mixed chain of 3 matmuls"), CostModel::Network).unwrap();
+        assert_eq!(rows.iter().map(|r| r.name.as_str()).collect::<Vec<_>>(), ["mixed chain of 3 matmuls"]);
     }
 
     /// The workloads measured on a machine others kept busy are named, with

@@ -107,7 +107,7 @@ enum Command {
         /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
-        /// Only the workloads whose name contains this (`=NAME`: only the one named exactly NAME).
+        /// Only the workloads (and chains) whose name contains this (`=NAME`: only the one named exactly NAME, e.g. `="mixed chain of 16 matmuls"`).
         #[arg(long)]
         only: Option<String>,
         /// The cost model every workload is optimized under.
