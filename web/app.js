@@ -463,7 +463,7 @@ function bottleneckText(b) {
 function renderSiteLoads(answer, cl) {
   const loads = answer.site_loads || [];
   const max = (f) => Math.max(...loads.map((l) => Number(l[f]) || 0), 0);
-  const m = {bytes_out: max("bytes_out"), bytes_in: max("bytes_in"), flops: max("flops")};
+  const m = {bytes_out: max("bytes_out"), bytes_in: max("bytes_in"), flops: max("flops"), output_bytes: max("output_bytes")};
   const bar = (l, f, cls) => {
     const v = Number(l[f]) || 0;
     const w = m[f] > 0 ? (100 * v / m[f]).toFixed(1) : 0;
@@ -471,11 +471,13 @@ function renderSiteLoads(answer, cl) {
   };
   const idle = loads.filter((l) => !(Number(l.flops) > 0)).length;
   $("loadsNote").textContent = loads.length ? `${loads.length - idle} of ${loads.length} sites compute; ${bottleneckText(answer.cost.bottleneck)}` : "";
-  $("siteLoads").innerHTML = loads.length ? `<div class="load-legend small muted"><span class="key out">sent</span> <span class="key in">received</span> <span class="key flops">flops</span></div>` +
-    loads.map((l, s) => `<div class="load-row" data-site="${s}" data-flops="${l.flops}" data-bytes-in="${l.bytes_in}" data-bytes-out="${l.bytes_out}">
+  // Bytes written into the outputs' files (by `tra run` on the cluster
+  // runtime): a site that writes alone stands out as a busy link would.
+  $("siteLoads").innerHTML = loads.length ? `<div class="load-legend small muted"><span class="key out">sent</span> <span class="key in">received</span> <span class="key flops">flops</span> <span class="key write">written to output files</span></div>` +
+    loads.map((l, s) => `<div class="load-row" data-site="${s}" data-flops="${l.flops}" data-bytes-in="${l.bytes_in}" data-bytes-out="${l.bytes_out}" data-output-bytes="${l.output_bytes}">
       <span class="load-site mono">site ${s}</span>
-      <div class="load-bars">${bar(l, "bytes_out", "out")}${bar(l, "bytes_in", "in")}${bar(l, "flops", "flops")}</div>
-      <span class="load-figs muted small">${si(l.bytes_out)}B ↑ · ${si(l.bytes_in)}B ↓ · ${si(l.flops)} flops · ${si(l.memory_bytes)}B memory</span></div>`).join("") : "";
+      <div class="load-bars">${bar(l, "bytes_out", "out")}${bar(l, "bytes_in", "in")}${bar(l, "flops", "flops")}${bar(l, "output_bytes", "write")}</div>
+      <span class="load-figs muted small">${si(l.bytes_out)}B ↑ · ${si(l.bytes_in)}B ↓ · ${si(l.flops)} flops · ${si(l.memory_bytes)}B memory · ${si(l.output_bytes)}B written</span></div>`).join("") : "";
   const p = {...PROFILE_DEFAULTS, ...(cl.profile || {})};
   $("profileInUse").textContent = `profile${cl.profile ? "" : " (defaults)"}: link ${si(p.link_bytes_per_second)}B/s per site and direction · ${si(p.site_flops_per_second)} flop/s per site · memory ${si(p.memory_bytes_per_second)}B/s per site · latency ${secs(p.latency_seconds)} per exchange · ${p.bytes_per_float} bytes per float` +
     (p.exchange_cpu_bytes_per_second ? ` · a site's processors exchange ${si(p.exchange_cpu_bytes_per_second)}B/s` : "") +

@@ -640,6 +640,16 @@ async fn a_slow_network_profile_changes_the_prediction_and_a_bad_one_is_named() 
     // No stage takes longer than the plan (the output is written as the
     // streamed matmul makes it: writing bounds that pipeline).
     assert!(w["cost"]["seconds"].as_f64().unwrap() >= b["seconds"].as_f64().unwrap(), "{}", w["cost"]);
+    // The site loads show who writes Z: its 4 blocks once over the sites,
+    // the bottleneck's site the most (under either model).
+    for answer in [&w, &fast] {
+        let written: Vec<u64> =
+            answer["site_loads"].as_array().unwrap().iter().map(|l| l["output_bytes"].as_u64().unwrap()).collect();
+        assert_eq!(written.iter().sum::<u64>(), 4 * 1024 * 1024 * 4, "{written:?}");
+    }
+    let written = |s: &serde_json::Value| s["output_bytes"].as_u64().unwrap();
+    let loads = w["site_loads"].as_array().unwrap();
+    assert_eq!(written(&loads[b["site"].as_u64().unwrap() as usize]), loads.iter().map(written).max().unwrap());
     let mut unknown = skewed(Some("speed"));
     unknown["cluster"]["cost_model"] = json!("speed");
     let r = post(addr, "/v1/optimize", &unknown).await;

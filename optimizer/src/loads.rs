@@ -140,6 +140,12 @@ pub struct SiteLoad {
     pub flops: u64,
     /// Bytes of blocks this site's kernel calls read and write in memory.
     pub memory_bytes: u64,
+    /// Bytes of the plan's outputs this site writes into their files when
+    /// the cluster runtime writes them (its own tuples; site 0 the
+    /// replicated ones: [`LoadCache::plan_loads_and_writes`]). Set in a
+    /// whole plan's loads ([`with_writes`]); an operator's loads leave it
+    /// 0, and the time model charges writing apart (`write`).
+    pub output_bytes: u64,
 }
 
 impl std::ops::AddAssign for SiteLoad {
@@ -148,6 +154,7 @@ impl std::ops::AddAssign for SiteLoad {
         self.bytes_in = self.bytes_in.saturating_add(o.bytes_in);
         self.flops = self.flops.saturating_add(o.flops);
         self.memory_bytes = self.memory_bytes.saturating_add(o.memory_bytes);
+        self.output_bytes = self.output_bytes.saturating_add(o.output_bytes);
     }
 }
 
@@ -571,6 +578,17 @@ pub fn total_per_site(loads: &IndexMap<String, Arc<OpLoads>>, sites: usize) -> V
         }
     }
     out
+}
+
+/// A whole plan's per-site loads with the bytes each site writes into the
+/// outputs' files added ([`SiteLoad::output_bytes`]).
+pub fn with_writes(mut totals: Vec<SiteLoad>, writes: &Writes) -> Vec<SiteLoad> {
+    for per_site in writes.values() {
+        for (t, &b) in totals.iter_mut().zip(per_site) {
+            t.output_bytes = t.output_bytes.saturating_add(b);
+        }
+    }
+    totals
 }
 
 #[cfg(test)]

@@ -13,7 +13,7 @@ use crate::egraph::{
 };
 use crate::error::{ErrorCode, ProgramError};
 use crate::extract::{choose_among, plan_cost, NoPlan, NodeCosts};
-use crate::loads::{total_per_site, LoadCache, SiteLoad};
+use crate::loads::{total_per_site, with_writes, LoadCache, SiteLoad};
 use crate::order::Pruned;
 use crate::program::{Plan, Program};
 use crate::rule::RuleDef;
@@ -793,11 +793,11 @@ impl Scorer {
     }
 
     /// A plan's predicted seconds, bottleneck, and every site's load over
-    /// the whole plan.
+    /// the whole plan (the bytes it writes into the outputs' files included).
     pub fn score(&mut self, plan: &Plan) -> Result<(f64, Option<Bottleneck>, Vec<SiteLoad>), String> {
         let (loads, writes) = self.loads(plan)?;
         let (seconds, bottleneck) = plan_seconds(plan, &loads, &writes, &self.profile);
-        Ok((seconds, bottleneck, total_per_site(&loads, self.sites)))
+        Ok((seconds, bottleneck, with_writes(total_per_site(&loads, self.sites), &writes)))
     }
 }
 

@@ -760,7 +760,7 @@ mod tests {
     use super::*;
 
     fn load(bytes_out: u64, bytes_in: u64, flops: u64) -> SiteLoad {
-        SiteLoad { bytes_out, bytes_in, flops, memory_bytes: 0 }
+        SiteLoad { bytes_out, bytes_in, flops, ..SiteLoad::default() }
     }
 
     fn local(flops: u64, memory_bytes: u64) -> SiteLoad {

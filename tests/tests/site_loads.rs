@@ -162,8 +162,9 @@ fn check(tag: &str, p: &Program, seed: u64) -> usize {
     let rules = tra_rules::all();
     let Ok(answer) = optimize(&p, &rules, &Limits::default()) else { return 0 };
     let inputs = tra_tests::random_inputs(&p, seed);
-    for alt in &answer.alternatives {
+    for (i, alt) in answer.alternatives.iter().enumerate() {
         let typed = check_plan(&alt.plan, sites).unwrap();
+        let mut totals = vec![SiteLoad::default(); sites];
         let (predicted, writes) =
             LoadCache::new(sites, BYTES_PER_FLOAT).plan_loads_and_writes(&alt.plan, &typed).unwrap();
         assert_eq!(predicted, plan_loads(&alt.plan, &typed, sites, BYTES_PER_FLOAT).unwrap());
@@ -179,6 +180,9 @@ fn check(tag: &str, p: &Program, seed: u64) -> usize {
                     Site::Everywhere => 0,
                 }] += n * BYTES_PER_FLOAT;
             }
+            for (t, w) in totals.iter_mut().zip(&wrote) {
+                t.output_bytes += w;
+            }
             assert_eq!(
                 writes.get(name),
                 Some(&wrote),
@@ -188,6 +192,20 @@ fn check(tag: &str, p: &Program, seed: u64) -> usize {
             );
         }
         let got = measured(&alt.plan, &run, sites);
+        for loads in got.values() {
+            for (t, l) in totals.iter_mut().zip(loads) {
+                *t += *l;
+            }
+        }
+        if i == 0 {
+            // The answer's site loads are the chosen plan's, writes included.
+            assert_eq!(
+                answer.site_loads,
+                totals,
+                "{tag}, {sites} sites: the answer's site loads (left) vs the reference's whole-plan loads\n{}",
+                alt.plan.to_sexpr()
+            );
+        }
         for (name, loads) in &got {
             assert_eq!(
                 predicted[name].as_slice(),

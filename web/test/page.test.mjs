@@ -229,9 +229,15 @@ test("the page of tra serve", async (t) => {
     assert.ok(seconds.length >= 3 && seconds.every((s) => Number.isFinite(s) && s > 0), `predicted seconds on every card: ${seconds}`);
     const texts = await page.$$eval(".alt-card .alt-seconds", (xs) => xs.map((x) => x.textContent));
     assert.ok(texts.every((t) => /\d.*(s|ms|µs)$/.test(t)), `seconds written with a unit: ${texts}`);
-    const rows = await page.$$eval("#siteLoads .load-row", (rs) => rs.map((r) => ({flops: Number(r.dataset.flops), out: Number(r.dataset.bytesOut)})));
+    const rows = await page.$$eval("#siteLoads .load-row", (rs) => rs.map((r) => ({flops: Number(r.dataset.flops), out: Number(r.dataset.bytesOut), written: Number(r.dataset.outputBytes)})));
     assert.equal(rows.length, 10, "one load row per site of the example's 10");
     assert.ok(rows.some((r) => r.flops > 0), "some site computes");
+    // The output's blocks are written by the sites that hold them: together, the whole output once.
+    const answer = await page.evaluate(() => window.__tra.answer);
+    const z = answer.report[answer.plan.outputs[0]];
+    const outputBytes = z.tuples * z.array_bounds.reduce((a, b) => a * b, 1) * 4;
+    assert.equal(rows.reduce((a, r) => a + r.written, 0), outputBytes, `bytes written over the sites: ${rows.map((r) => r.written)}`);
+    assert.match(await page.$eval("#siteLoads .load-row .load-figs", (e) => e.textContent), /B written$/);
     const profileText = await page.$eval("#profileInUse", (e) => e.textContent);
     assert.match(profileText, /profile \(defaults\): link 1\.25 GB\/s/);
     assert.match(profileText, /memory 10 GB\/s per site/);

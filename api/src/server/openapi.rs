@@ -178,9 +178,10 @@ pub fn document(config: &ServerConfig) -> Value {
                 "bytes_out": {"type": "integer", "description": "Bytes it sends over its link"},
                 "bytes_in": {"type": "integer", "description": "Bytes it receives over its link"},
                 "flops": {"type": "integer", "description": "Flops it computes"},
-                "memory_bytes": {"type": "integer", "description": "Bytes of blocks its kernel calls read and write in memory"}
+                "memory_bytes": {"type": "integer", "description": "Bytes of blocks its kernel calls read and write in memory"},
+                "output_bytes": {"type": "integer", "description": "Bytes of the plan's outputs it writes into their files when the cluster runtime writes them (its own tuples; site 0 also the replicated ones)"}
             },
-            "required": ["bytes_out", "bytes_in", "flops", "memory_bytes"]
+            "required": ["bytes_out", "bytes_in", "flops", "memory_bytes", "output_bytes"]
         },
         "Program": {
             "type": "object",
