@@ -418,8 +418,10 @@ function render() {
         ${rel}
       </div>
       <div class="costbar" title="cost relative to the most expensive alternative"><i style="width:${maxTotal > 0 ? (100 * a.cost.total / maxTotal).toFixed(1) : 0}%"></i></div>
-      <div class="alt-meta muted small"><b>${si(a.cost.network_floats)}</b> floats moved · <b class="alt-seconds" data-seconds="${a.cost.seconds}" title="${esc(bottleneckText(a.cost.bottleneck))}">${secs(a.cost.seconds)}</b> predicted · ${si(a.cost.flops)} flops · ${Object.keys(a.plan.nodes || {}).length} operators${hot.length ? " · hottest <b class='mono'>" + esc(hot.join(", ")) + "</b>" : ""}${strat ? "<br>joins: " + esc(strat) : ""}</div>
+      <div class="alt-meta muted small"><b>${si(a.cost.network_floats)}</b> floats moved · <b class="alt-seconds" data-seconds="${a.cost.seconds}" title="${esc(bottleneckText(a.cost.bottleneck))}">${secs(a.cost.seconds)}</b> predicted · ${si(a.cost.flops)} flops · ${Object.keys(a.plan.nodes || {}).length} operators${hot.length ? " · hottest <b class='mono'>" + esc(hot.join(", ")) + "</b>" : ""}${strat ? "<br>joins: " + esc(strat) : ""}
+        <br><button class="tool show-loads" data-rank="${i + 1}" title="Show where this plan's work lands, site by site, in the per-site load panel">per-site load</button></div>
       <div class="dag-wrap"></div>`;
+    card.querySelector(".show-loads").addEventListener("click", () => renderSiteLoads(answer, cl, alts, i));
     wrap.appendChild(card);
   });
   // the plans are drawn once every card is in place, at their final widths
@@ -430,7 +432,7 @@ function render() {
     }));
   });
   $("altCount").textContent = `${alts.length} alternative${alts.length === 1 ? "" : "s"}, ${alts.some((a, i) => i > 0 && closeCall(a.cost, best.cost, timeModel)) ? "the chosen first, then cheapest first" : "cheapest first"}`;
-  renderSiteLoads(answer, cl);
+  renderSiteLoads(answer, cl, alts, 0);
 
   // rules and e-graph figures
   const rules = answer.rules_applied || [];
@@ -459,9 +461,18 @@ function bottleneckText(b) {
   return `bound by ${b.node}: site ${b.site} ${what} (${secs(b.seconds)})`;
 }
 
-/** One bar per site and resource for the chosen plan: idle and overloaded sites stand out. */
-function renderSiteLoads(answer, cl) {
-  const loads = answer.site_loads || [];
+/** One bar per site and resource for one plan (alternative `shown`, the
+ *  chosen plan first): idle and overloaded sites stand out. */
+function renderSiteLoads(answer, cl, alts, shown) {
+  const alt = alts[shown];
+  const loads = (alt && alt.site_loads) || (shown === 0 ? answer.site_loads : null) || [];
+  const cost = alt ? alt.cost : answer.cost;
+  $("loadsOf").textContent = shown === 0 ? "the chosen plan" : `#${shown + 1} ${alt.label}`;
+  document.querySelectorAll("#alts .alt-card").forEach((c, j) => {
+    c.classList.toggle("loads-shown", j === shown);
+    const b = c.querySelector(".show-loads");
+    if (b) b.textContent = j === shown ? "per-site load shown above" : "per-site load";
+  });
   const max = (f) => Math.max(...loads.map((l) => Number(l[f]) || 0), 0);
   const m = {bytes_out: max("bytes_out"), bytes_in: max("bytes_in"), flops: max("flops"), output_bytes: max("output_bytes")};
   const bar = (l, f, cls) => {
@@ -470,7 +481,7 @@ function renderSiteLoads(answer, cl) {
     return `<div class="load-bar ${cls}" title="${f.replace("_", " ")} ${full(v)}"><i style="width:${w}%"></i></div>`;
   };
   const idle = loads.filter((l) => !(Number(l.flops) > 0)).length;
-  $("loadsNote").textContent = loads.length ? `${loads.length - idle} of ${loads.length} sites compute; ${bottleneckText(answer.cost.bottleneck)}` : "";
+  $("loadsNote").textContent = loads.length ? `${loads.length - idle} of ${loads.length} sites compute; ${bottleneckText(cost.bottleneck)}` : "";
   // Bytes written into the outputs' files (by `tra run` on the cluster
   // runtime): a site that writes alone stands out as a busy link would.
   $("siteLoads").innerHTML = loads.length ? `<div class="load-legend small muted"><span class="key out">sent</span> <span class="key in">received</span> <span class="key flops">flops</span> <span class="key write">written to output files</span></div>` +

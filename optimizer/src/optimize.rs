@@ -110,6 +110,9 @@ pub struct Alternative {
     pub cost: PlanCost,
     /// The rule that built each operator of the plan, by operator name.
     pub built_by: IndexMap<String, String>,
+    /// Each site's load over the whole plan (index = site), as the
+    /// answer's `site_loads` for the chosen plan: where this plan's work lands.
+    pub site_loads: Vec<SiteLoad>,
 }
 
 /// Figures about the run.
@@ -641,10 +644,11 @@ fn attempt(
             plan: c.plan.clone(),
             cost: c.cost.clone(),
             built_by,
+            site_loads: c.sites.clone(),
         });
     }
     let chosen = alternatives[0].clone();
-    let (chosen_expr, site_loads) = (&candidates[chosen_at].extracted, candidates[chosen_at].sites.clone());
+    let (chosen_expr, site_loads) = (&candidates[chosen_at].extracted, chosen.site_loads.clone());
 
     let rules_applied = rules_applied(&eg, &origins, chosen_expr);
     Ok(OptimizeAnswer {

@@ -197,14 +197,17 @@ fn check(tag: &str, p: &Program, seed: u64) -> usize {
                 *t += *l;
             }
         }
+        // Every alternative's site loads are its plan's, writes included;
+        // the answer's are the chosen plan's (alternatives[0]).
+        assert_eq!(
+            alt.site_loads,
+            totals,
+            "{tag}, {}, {sites} sites: the alternative's site loads (left) vs the reference's whole-plan loads\n{}",
+            alt.label,
+            alt.plan.to_sexpr()
+        );
         if i == 0 {
-            // The answer's site loads are the chosen plan's, writes included.
-            assert_eq!(
-                answer.site_loads,
-                totals,
-                "{tag}, {sites} sites: the answer's site loads (left) vs the reference's whole-plan loads\n{}",
-                alt.plan.to_sexpr()
-            );
+            assert_eq!(answer.site_loads, alt.site_loads, "{tag}: the answer's site loads are the chosen plan's");
         }
         for (name, loads) in &got {
             assert_eq!(

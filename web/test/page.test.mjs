@@ -238,6 +238,18 @@ test("the page of tra serve", async (t) => {
     const outputBytes = z.tuples * z.array_bounds.reduce((a, b) => a * b, 1) * 4;
     assert.equal(rows.reduce((a, r) => a + r.written, 0), outputBytes, `bytes written over the sites: ${rows.map((r) => r.written)}`);
     assert.match(await page.$eval("#siteLoads .load-row .load-figs", (e) => e.textContent), /B written$/);
+    // Another alternative's loads, on demand: the panel follows the card's button, and back.
+    const loadsShown = () => page.$$eval("#siteLoads .load-row", (rs) => rs.map((r) => [Number(r.dataset.flops), Number(r.dataset.bytesIn), Number(r.dataset.bytesOut), Number(r.dataset.outputBytes)]));
+    const expected = (i) => answer.alternatives[i].site_loads.map((l) => [l.flops, l.bytes_in, l.bytes_out, l.output_bytes]);
+    assert.deepEqual(await loadsShown(), expected(0), "the chosen plan's loads first");
+    await page.click(".alt-card[data-rank='2'] .show-loads");
+    assert.deepEqual(await loadsShown(), expected(1), "the second alternative's loads once asked");
+    assert.ok((await page.$eval("#loadsOf", (e) => e.textContent)).startsWith("#2 "), "the panel names the plan it shows");
+    assert.ok(await page.$eval(".alt-card[data-rank='2']", (e) => e.classList.contains("loads-shown")));
+    assert.notDeepEqual(expected(1), expected(0), "the example's first two plans load the sites differently");
+    await page.click(".alt-card[data-rank='1'] .show-loads");
+    assert.deepEqual(await loadsShown(), expected(0));
+    assert.equal(await page.$eval("#loadsOf", (e) => e.textContent), "the chosen plan");
     const profileText = await page.$eval("#profileInUse", (e) => e.textContent);
     assert.match(profileText, /profile \(defaults\): link 1\.25 GB\/s/);
     assert.match(profileText, /memory 10 GB\/s per site/);

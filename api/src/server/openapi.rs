@@ -227,9 +227,11 @@ pub fn document(config: &ServerConfig) -> Value {
                 "cost": r("Cost"),
                 "built_by": {"type": "object", "additionalProperties": {"type": "string"},
                     "description": "Operator name → the rule that built it (as `GET /v1/rules` names it)"},
+                "site_loads": {"type": "array", "items": r("SiteLoad"),
+                    "description": "Per site (index = site), what the site does over this whole plan"},
                 "report": r("PlanReport")
             },
-            "required": ["label", "plan", "cost"]
+            "required": ["label", "plan", "cost", "site_loads"]
         },
         "NodeReport": {
             "type": "object",
