@@ -220,13 +220,7 @@ impl LoadCache {
         let mut writes = IndexMap::new();
         for name in &plan.outputs {
             let (Some(key), Some(t)) = (shape.get(name.as_str()), typed.types.get(name)) else { continue };
-            let bytes = self.tuple_bytes(t);
-            let mut per_site = vec![0u64; self.sites];
-            for (_, site) in self.done[key].layout.iter() {
-                let at = if site == EVERYWHERE { 0 } else { site as usize };
-                per_site[at] = per_site[at].saturating_add(bytes);
-            }
-            writes.insert(name.clone(), per_site);
+            writes.insert(name.clone(), written_per_site(&self.done[key].layout, self.tuple_bytes(t), self.sites));
         }
         Ok((loads, writes))
     }
@@ -578,6 +572,19 @@ pub fn total_per_site(loads: &IndexMap<String, Arc<OpLoads>>, sites: usize) -> V
         }
     }
     out
+}
+
+/// The bytes each site writes of an output laid out as `layout` (tuples of
+/// `tuple_bytes` each) into its file: the blocks of its own tuples, a
+/// replicated tuple's on site 0 only (the cluster runtime's worker 0 writes
+/// those).
+pub(crate) fn written_per_site(layout: &Layout, tuple_bytes: u64, sites: usize) -> Vec<u64> {
+    let mut per_site = vec![0u64; sites.max(1)];
+    for (_, site) in layout.iter() {
+        let at = if site == EVERYWHERE { 0 } else { site as usize };
+        per_site[at] = per_site[at].saturating_add(tuple_bytes);
+    }
+    per_site
 }
 
 /// A whole plan's per-site loads with the bytes each site writes into the

@@ -529,7 +529,8 @@ fn attempt(
     let mut cost_sets: Vec<NodeCosts> = Vec::new();
     let mut stage = None;
     if cluster.cost_model == CostModel::Time {
-        match crate::stage_cost::stage_costs(&eg, &cluster.profile()) {
+        let outputs: Vec<Id> = roots.values().copied().collect();
+        match crate::stage_cost::stage_costs(&eg, &cluster.profile(), &outputs) {
             Some(c) => {
                 cost_sets.push(c.in_turn());
                 stage = Some(c);

@@ -36,16 +36,19 @@
 //! holds for exchanges of inputs, which the exact model prices together as
 //! one stage and these costs one by one, and for stages that do not wait
 //! for each other, which the exact model overlaps and these costs add (an
-//! upper bound again). Writing the outputs into files
-//! ([`Profile::output_bytes_per_second`]) is not charged here: it depends
-//! on where the extracted plan leaves each output, and the candidates (the
-//! best of each join strategy) are re-scored with it.
+//! upper bound again). Writing an output into its file
+//! ([`Profile::output_bytes_per_second`]) is charged to the `erase(P)`
+//! member of the output's L class: the P class is where the plan leaves the
+//! output, and its layout (a class invariant) gives the bytes each site
+//! writes. It is charged as a stage after the output's operator (the
+//! busiest writer), an upper bound again of what the exact model charges
+//! where a streamed matmul writes its output as it makes it.
 
 use crate::cost::{node_cost, Cost, Weights};
 use crate::egraph::nodes::{ia_op, leaf};
 use crate::egraph::{Ia, TraEGraph};
 use crate::extract::{Choice, NodeCosts};
-use crate::loads::{makes_products, Evaluated, Layout, LoadCache, OpLoads};
+use crate::loads::{makes_products, written_per_site, Evaluated, Layout, LoadCache, OpLoads};
 use crate::program::IaOp;
 use crate::time::{stage_seconds, Profile};
 use crate::types::PhysType;
@@ -140,7 +143,7 @@ impl<'a> Layouts<'a> {
 /// each exchange charged from the sources of its operand that no exchange
 /// made (see the module docs), or `None` when the request's deadline passed
 /// on the way.
-pub fn stage_costs<'a>(eg: &'a TraEGraph, profile: &Profile) -> Option<StageCosts<'a>> {
+pub fn stage_costs<'a>(eg: &'a TraEGraph, profile: &Profile, outputs: &[Id]) -> Option<StageCosts<'a>> {
     let mut layouts = Layouts {
         eg,
         cache: LoadCache::new(eg.analysis.sites, profile.bytes_per_float),
@@ -205,6 +208,19 @@ pub fn stage_costs<'a>(eg: &'a TraEGraph, profile: &Profile) -> Option<StageCost
             unmoved_sources
         }
     };
+    let outputs: Vec<Id> = outputs.iter().map(|&o| eg.find(o)).collect();
+    // Writing an output left as P class `p` into its file: its busiest
+    // writer's seconds.
+    let write_seconds = |p: Id| -> f64 {
+        let (Some(rate), Some(layout), Some(t)) =
+            (profile.output_bytes_per_second, layouts.of.get(&p), layouts.phys(p))
+        else {
+            return 0.0;
+        };
+        let bytes = t.rel.block_floats().saturating_mul(profile.bytes_per_float);
+        let busiest = written_per_site(layout, bytes, eg.analysis.sites).into_iter().max().unwrap_or(0);
+        busiest as f64 / rate
+    };
     let mut in_turn = Vec::new();
     let mut exchanges = Vec::new();
     for class in eg.classes() {
@@ -229,6 +245,7 @@ pub fn stage_costs<'a>(eg: &'a TraEGraph, profile: &Profile) -> Option<StageCost
                 Ia::LAgg([_, _, x]) | Ia::LMap([_, _, x]) => {
                     layouts.loads(node, &[eg.find(*x)]).map(|loads| stage_seconds(false, &loads, profile).0)
                 }
+                Ia::Erase(p) if outputs.contains(&class.id) => Some(write_seconds(eg.find(*p))),
                 _ => Some(0.0),
             };
             // A node whose operands have no layout cannot be in a plan.

@@ -310,6 +310,7 @@ fn the_comparison_sees_a_wrong_prediction() {
 /// overlaps stages, gives at most that sum too.
 #[test]
 fn stage_costs_and_the_exact_scorer_agree() {
+    use egg::Language;
     use egg::Runner;
     use tra_optimizer::egraph::{add_program, Ia, TraAnalysis, TraEGraph};
     use tra_optimizer::extract::choose_among;
@@ -364,7 +365,13 @@ fn stage_costs_and_the_exact_scorer_agree() {
             .run(rest.iter().copied())
             .egraph;
         let roots: IndexMap<String, egg::Id> = roots.into_iter().map(|(n, id)| (n, eg.find(id))).collect();
-        let costs = stage_costs(&eg, &profile).unwrap().in_turn();
+        let outputs: Vec<egg::Id> = roots.values().copied().collect();
+        let costs = stage_costs(&eg, &profile, &outputs).unwrap().in_turn();
+        // With a write rate, each plan costs extraction its busiest writer's
+        // seconds more per output, once (charged to the output's `erase`).
+        let writing = Profile { output_bytes_per_second: Some(2e7), ..profile };
+        let with_writes = stage_costs(&eg, &writing, &outputs).unwrap().in_turn();
+        let mut writes_compared = 0;
         let mut memory_bound = 0;
         let mut compute_bound = 0;
         let mut exact = 0;
@@ -384,6 +391,35 @@ fn stage_costs_and_the_exact_scorer_agree() {
             let Ok(extracted) = choice.plan(&eg, &roots) else { continue };
             let plan = extracted.to_plan(&p.inputs);
             let extracted_seconds: f64 = roots.values().map(|r| choice.cost_of(*r).unwrap().total).sum();
+            {
+                // The same plan (only its own nodes allowed) under the costs with writes.
+                let members: std::collections::HashSet<(egg::Id, Ia)> = extracted
+                    .expr
+                    .as_ref()
+                    .iter()
+                    .enumerate()
+                    .map(|(i, n)| {
+                        let canonical = n.clone().map_children(|c| eg.find(extracted.classes[usize::from(c)]));
+                        (eg.find(extracted.classes[i]), canonical)
+                    })
+                    .collect();
+                let same = |eg: &TraEGraph, c: egg::Id, n: &Ia| {
+                    members.contains(&(eg.find(c), n.clone().map_children(|x| eg.find(x))))
+                };
+                let again = choose_among(&eg, &with_writes, &same);
+                let typed = check_plan(&plan, sites).unwrap();
+                let (_, writes) = LoadCache::new(sites, BYTES_PER_FLOAT).plan_loads_and_writes(&plan, &typed).unwrap();
+                let busiest: f64 = writes.values().map(|w| *w.iter().max().unwrap() as f64 / 2e7).sum();
+                let charged: f64 =
+                    roots.values().map(|r| again.cost_of(*r).unwrap().total).sum::<f64>() - extracted_seconds;
+                assert!(busiest > 0.0, "{only:?}: the plan writes its output\n{}", plan.to_sexpr());
+                assert!(
+                    (charged - busiest).abs() <= 1e-9 * busiest,
+                    "{only:?}: extraction charged {charged} s for writing, the busiest writer takes {busiest} s\n{}",
+                    plan.to_sexpr()
+                );
+                writes_compared += 1;
+            }
             let (scored, _, _) = Scorer::new(sites, profile).score(&plan).unwrap();
             let typed = check_plan(&plan, sites).unwrap();
             let loads = plan_loads(&plan, &typed, sites, profile.bytes_per_float).unwrap();
@@ -447,6 +483,7 @@ fn stage_costs_and_the_exact_scorer_agree() {
             }
         }
         assert!(exact > 0, "{text}: local stages were compared");
+        assert!(writes_compared > 0, "{text}: writes were compared");
         assert!(memory_bound > 0, "{text}: some stage is memory-bound");
         assert_eq!(compute_bound > 0, products, "{text}: the products (and only they) are compute-bound");
     }
