@@ -359,10 +359,12 @@ fn matmul_label(plan: &Plan, strategy: &[JoinStrategy], moves: &Moves) -> Option
     let r = operand(plan, right, rn, &mut on_operands)?;
     let moved = moves.exchanges.iter().any(|e| on_operands.contains(e.node));
     let acronym = match strategy[0] {
+        // Replicated in place (key maps only) is still RMM: its label says
+        // so, else it reads as the plain local matmul beside it.
+        JoinStrategy::Replicated => "RMM (3D)",
         _ if moves.exchanges.is_empty() => return Some("local matmul — nothing moved".into()),
         JoinStrategy::BroadcastLeft | JoinStrategy::BroadcastRight | JoinStrategy::BroadcastBoth => "BMM",
         JoinStrategy::CoPartitioned => "CMM",
-        JoinStrategy::Replicated => "RMM (3D)",
     };
     let mut parts: Vec<String> = Vec::new();
     let single = |o: &Operand| match o.steps.as_slice() {
@@ -526,6 +528,27 @@ mod tests {
                "Z": {"op": "local_aggregate", "input": "n3", "group_by": [0, 2], "kernel": "matAdd"}"#,
         );
         assert_eq!(plan_label(&p, &[CoPartitioned]), "CMM — shuffle X by k, Y by k; partial sums exchanged");
+    }
+
+    /// Operands on one site: the plain local matmul and RMM replicating
+    /// both in place move nothing, and their labels still tell them apart.
+    #[test]
+    fn replication_in_place_is_rmm_not_the_local_matmul() {
+        let local = plan(
+            r#""n0": {"op": "local_join", "left": "X", "right": "Y", "left_keys": [1], "right_keys": [0], "kernel": "matMul"},
+               "Z": {"op": "local_aggregate", "input": "n0", "group_by": [0, 2], "kernel": "matAdd"}"#,
+        );
+        assert_eq!(plan_label(&local, &[CoPartitioned]), "local matmul — nothing moved");
+        let in_place = plan(
+            r#""n0": {"op": "local_map", "input": "Y", "key": "[0..4, k0, k1]"},
+               "n1": {"op": "local_map", "input": "X", "key": "[k0, k1, 0..4]"},
+               "n2": {"op": "local_join", "left": "n1", "right": "n0", "left_keys": [0, 1, 2], "right_keys": [0, 1, 2], "kernel": "matMul"},
+               "Z": {"op": "local_aggregate", "input": "n2", "group_by": [0, 2], "kernel": "matAdd"}"#,
+        );
+        assert_eq!(
+            plan_label(&in_place, &[Replicated]),
+            "RMM (3D) — replicate X 4× along j in place; replicate Y 4× along i in place; nothing moved"
+        );
     }
 
     #[test]
