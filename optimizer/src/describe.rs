@@ -530,27 +530,6 @@ mod tests {
         assert_eq!(plan_label(&p, &[CoPartitioned]), "CMM — shuffle X by k, Y by k; partial sums exchanged");
     }
 
-    /// Operands on one site: the plain local matmul and RMM replicating
-    /// both in place move nothing, and their labels still tell them apart.
-    #[test]
-    fn replication_in_place_is_rmm_not_the_local_matmul() {
-        let local = plan(
-            r#""n0": {"op": "local_join", "left": "X", "right": "Y", "left_keys": [1], "right_keys": [0], "kernel": "matMul"},
-               "Z": {"op": "local_aggregate", "input": "n0", "group_by": [0, 2], "kernel": "matAdd"}"#,
-        );
-        assert_eq!(plan_label(&local, &[CoPartitioned]), "local matmul — nothing moved");
-        let in_place = plan(
-            r#""n0": {"op": "local_map", "input": "Y", "key": "[0..4, k0, k1]"},
-               "n1": {"op": "local_map", "input": "X", "key": "[k0, k1, 0..4]"},
-               "n2": {"op": "local_join", "left": "n1", "right": "n0", "left_keys": [0, 1, 2], "right_keys": [0, 1, 2], "kernel": "matMul"},
-               "Z": {"op": "local_aggregate", "input": "n2", "group_by": [0, 2], "kernel": "matAdd"}"#,
-        );
-        assert_eq!(
-            plan_label(&in_place, &[Replicated]),
-            "RMM (3D) — replicate X 4× along j in place; replicate Y 4× along i in place; nothing moved"
-        );
-    }
-
     #[test]
     fn two_phase_aggregation_is_said() {
         let p = plan(
@@ -606,6 +585,18 @@ mod tests {
                "Z": {"op": "local_aggregate", "input": "n1", "group_by": [0, 2], "kernel": "matAdd"}"#,
         );
         assert_eq!(plan_label(&p, &[BroadcastBoth]), "local matmul — nothing moved");
+        // RMM replicating both operands in place moves nothing either; its
+        // label still tells it apart from the plain local matmul.
+        let in_place = plan(
+            r#""n0": {"op": "local_map", "input": "Y", "key": "[0..4, k0, k1]"},
+               "n1": {"op": "local_map", "input": "X", "key": "[k0, k1, 0..4]"},
+               "n2": {"op": "local_join", "left": "n1", "right": "n0", "left_keys": [0, 1, 2], "right_keys": [0, 1, 2], "kernel": "matMul"},
+               "Z": {"op": "local_aggregate", "input": "n2", "group_by": [0, 2], "kernel": "matAdd"}"#,
+        );
+        assert_eq!(
+            plan_label(&in_place, &[Replicated]),
+            "RMM (3D) — replicate X 4× along j in place; replicate Y 4× along i in place; nothing moved"
+        );
         let q = plan(
             r#""Z": {"op": "local_join", "left": "X", "right": "Y", "left_keys": [0, 1], "right_keys": [0, 1], "kernel": "matAdd"}"#,
         );
