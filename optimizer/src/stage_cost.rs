@@ -141,8 +141,9 @@ impl<'a> Layouts<'a> {
 /// Every executable e-node's stage time under `profile` as its cost's
 /// `total` (network floats and flops as the network model counts them),
 /// each exchange charged from the sources of its operand that no exchange
-/// made (see the module docs), or `None` when the request's deadline passed
-/// on the way.
+/// made, and the `erase` members of the `outputs`' classes their writing
+/// (see the module docs), or `None` when the request's deadline passed on
+/// the way.
 pub fn stage_costs<'a>(eg: &'a TraEGraph, profile: &Profile, outputs: &[Id]) -> Option<StageCosts<'a>> {
     let mut layouts = Layouts {
         eg,
