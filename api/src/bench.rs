@@ -158,23 +158,21 @@ pub fn run(reps: usize, chains: &[usize], only: Option<&str>, model: CostModel) 
         let p = Program::from_value(&e.program).map_err(|x| format!("{}: {x}", e.name))?;
         rows.push(measure(e.name, &with_model(p), &rules, reps)?);
     }
-    let wanted = |name: &str| only.is_none_or(|o| selected(name, o));
-    for &n in chains {
-        let name = format!("chain of {n} matmuls");
-        if wanted(&name) {
-            rows.push(measure(&name, &with_model(matmul_chain(n)), &rules, reps)?);
-        }
-    }
-    for &n in chains {
-        let name = format!("mixed chain of {n} matmuls");
-        if wanted(&name) {
-            rows.push(measure(&name, &with_model(mixed_chain(n)), &rules, reps)?);
+    // The chains, square then mixed, each with its name.
+    type MakeChain = fn(usize) -> Program;
+    let chain_rows: Vec<(String, MakeChain, usize)> =
+        [("chain", matmul_chain as MakeChain), ("mixed chain", mixed_chain)]
+            .into_iter()
+            .flat_map(|(kind, make)| chains.iter().map(move |&n| (format!("{kind} of {n} matmuls"), make, n)))
+            .collect();
+    for (name, make, n) in &chain_rows {
+        if only.is_none_or(|o| selected(name, o)) {
+            rows.push(measure(name, &with_model(make(*n)), &rules, reps)?);
         }
     }
     if let (Some(o), true) = (only, rows.is_empty()) {
-        let mut names: Vec<String> = examples::all().iter().map(|e| e.name.to_string()).collect();
-        names.extend(chains.iter().map(|n| format!("chain of {n} matmuls")));
-        names.extend(chains.iter().map(|n| format!("mixed chain of {n} matmuls")));
+        let names: Vec<&str> =
+            examples::all().iter().map(|e| e.name).chain(chain_rows.iter().map(|(name, ..)| name.as_str())).collect();
         return Err(format!("--only {o}: no workload matches (workloads: {})", names.join(", ")));
     }
     Ok(rows)
