@@ -369,7 +369,8 @@ fn stage_costs_and_the_exact_scorer_agree() {
         let costs = stage_costs(&eg, &profile, &outputs).unwrap().in_turn();
         // With a write rate, each plan costs extraction its busiest writer's
         // seconds more per output, once (charged to the output's `erase`).
-        let writing = Profile { output_bytes_per_second: Some(2e7), ..profile };
+        const WRITE_RATE: f64 = 2e7;
+        let writing = Profile { output_bytes_per_second: Some(WRITE_RATE), ..profile };
         let with_writes = stage_costs(&eg, &writing, &outputs).unwrap().in_turn();
         let mut writes_compared = 0;
         let mut memory_bound = 0;
@@ -391,6 +392,7 @@ fn stage_costs_and_the_exact_scorer_agree() {
             let Ok(extracted) = choice.plan(&eg, &roots) else { continue };
             let plan = extracted.to_plan(&p.inputs);
             let extracted_seconds: f64 = roots.values().map(|r| choice.cost_of(*r).unwrap().total).sum();
+            let typed = check_plan(&plan, sites).unwrap();
             {
                 // The same plan (only its own nodes allowed) under the costs with writes.
                 let members: std::collections::HashSet<(egg::Id, Ia)> = extracted
@@ -407,9 +409,8 @@ fn stage_costs_and_the_exact_scorer_agree() {
                     members.contains(&(eg.find(c), n.clone().map_children(|x| eg.find(x))))
                 };
                 let again = choose_among(&eg, &with_writes, &same);
-                let typed = check_plan(&plan, sites).unwrap();
                 let (_, writes) = LoadCache::new(sites, BYTES_PER_FLOAT).plan_loads_and_writes(&plan, &typed).unwrap();
-                let busiest: f64 = writes.values().map(|w| *w.iter().max().unwrap() as f64 / 2e7).sum();
+                let busiest: f64 = writes.values().map(|w| *w.iter().max().unwrap() as f64 / WRITE_RATE).sum();
                 let charged: f64 =
                     roots.values().map(|r| again.cost_of(*r).unwrap().total).sum::<f64>() - extracted_seconds;
                 assert!(busiest > 0.0, "{only:?}: the plan writes its output\n{}", plan.to_sexpr());
@@ -421,7 +422,6 @@ fn stage_costs_and_the_exact_scorer_agree() {
                 writes_compared += 1;
             }
             let (scored, _, _) = Scorer::new(sites, profile).score(&plan).unwrap();
-            let typed = check_plan(&plan, sites).unwrap();
             let loads = plan_loads(&plan, &typed, sites, profile.bytes_per_float).unwrap();
             let in_turn: f64 = plan
                 .nodes
