@@ -190,3 +190,45 @@ pub fn local_map_phys(x: &PhysType, key: Option<&KeyFn>, kernel: Option<&KernelR
     };
     Ok(PhysType::complete(rel, placement))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::types::concat_as_aggregate;
+
+    fn matrix(frontier: [u32; 2], placement: Placement) -> PhysType {
+        PhysType::complete(RelType::dense(frontier.to_vec(), vec![2, 2]), placement)
+    }
+
+    /// A local join of operands that are not co-located on the join keys is
+    /// ill-typed, so no rule can build one: a join lowered without its
+    /// broadcast (the mutant the soundness harness cannot even build) is
+    /// refused wherever it would lose pairs.
+    #[test]
+    fn a_local_join_of_operands_not_co_located_is_refused() {
+        let mm = KernelRef::parse("matMul").unwrap();
+        let (x, y) = (matrix([3, 4], Placement::Hash(vec![0])), matrix([4, 5], Placement::Hash(vec![1])));
+        let e = local_join(&x, &y, &[1], &[0], &mm, 4).unwrap_err();
+        assert!(e.message.contains("not co-located"), "{}", e.message);
+        // Co-partitioned on the join dim, or one operand on every site.
+        let (xj, yj) = (matrix([3, 4], Placement::Hash(vec![1])), matrix([4, 5], Placement::Hash(vec![0])));
+        assert!(local_join(&xj, &yj, &[1], &[0], &mm, 4).is_ok());
+        assert!(local_join(&broadcast(&x), &y, &[1], &[0], &mm, 4).is_ok());
+        // One site: everything is co-located.
+        assert!(local_join(&x, &y, &[1], &[0], &mm, 1).is_ok());
+    }
+
+    /// A concat aggregation over a relation whose groups are spread over
+    /// sites is ill-typed: lowering `concat` with a shuffle that includes
+    /// the pieces' key dim cannot be built.
+    #[test]
+    fn a_concat_aggregation_of_groups_split_over_sites_is_refused() {
+        // Pieces along key dim 1, grouped by dim 0.
+        let x = matrix([3, 4], Placement::Hash(vec![0, 1]));
+        let (g, concat) = concat_as_aggregate(&x.rel, 1, 0);
+        let e = local_aggregate(&x, &g, &concat, 4).unwrap_err();
+        assert!(e.message.contains("groups whole on one site"), "{}", e.message);
+        let whole = shuffle(&x, &g, 4).unwrap();
+        assert!(local_aggregate(&whole, &g, &concat, 4).unwrap().complete);
+    }
+}
