@@ -78,7 +78,7 @@ pub fn matmul_cmm() -> RuleDef {
 
 /// A P member of an L class (the one with the smallest class id, so that
 /// repeated matches build the same nodes).
-fn member(eg: &TraEGraph, l: Id) -> Option<Id> {
+pub fn member(eg: &TraEGraph, l: Id) -> Option<Id> {
     eg[l].nodes.iter().filter_map(|n| if let Ia::Erase(p) = n { Some(eg.find(*p)) } else { None }).min()
 }
 

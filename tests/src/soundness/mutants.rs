@@ -7,12 +7,14 @@
 //! requires the harness to report every one of them as a failure.
 
 use tra_optimizer::egraph::{Param, TraEGraph};
+use tra_optimizer::keyexpr::KeyFn;
 use tra_optimizer::types;
 use tra_rules::build::{
-    arity, complete_phys, dims, extend, inst, is_identity_key, kernel, pat, pred, rw, vars, Bound, Cond, Family, Rule,
-    RuleDef, Rw,
+    arity, complete_phys, dims, extend, inst, is_identity_key, kernel, logical, pat, pred, rw, vars, Bound, Cond,
+    Family, Rule, RuleDef, Rw,
 };
-use tra_rules::cond::{distributes, identity_key, identity_key_on_groups};
+use tra_rules::cond::{dense_nonempty, distributes, identity_key, identity_key_on_groups, matrices, matrix_frontiers};
+use tra_rules::matmul::member;
 
 /// A mutant: what it changes, and the rule it stands for.
 pub struct Mutant {
@@ -120,6 +122,76 @@ pub fn all() -> Vec<Mutant> {
             change: "the second phase groups the partial results by g (input dims) instead of 0..|g| (wrong key positions)",
             replaces: "R2-5",
             make: r2_5_wrong_positions,
+        },
+        Mutant {
+            name: "lower-join with its key lists swapped",
+            change: "the local join reads the left operand's dims from the right key list and the right's from the \
+                     left",
+            replaces: "lower-join",
+            make: lower_join_keys_swapped,
+        },
+        Mutant {
+            name: "lower-filter ignoring its predicate",
+            change: "the filter is lowered to its operand: every tuple is kept",
+            replaces: "lower-filter",
+            make: lower_filter_no_predicate,
+        },
+        Mutant {
+            name: "lower-rekey ignoring its key map",
+            change: "the rekey is lowered to its operand: the keys are not mapped",
+            replaces: "lower-rekey",
+            make: lower_rekey_no_key_map,
+        },
+        Mutant {
+            name: "lower-transform ignoring its kernel",
+            change: "the transform is lowered to its operand: the blocks are not transformed",
+            replaces: "lower-transform",
+            make: lower_transform_no_kernel,
+        },
+        Mutant {
+            name: "lower-concat along the other array dim",
+            change: "the concat aggregation joins each group's pieces along the array dim that `ad` does not name",
+            replaces: "lower-concat",
+            make: lower_concat_other_array_dim,
+        },
+        Mutant {
+            name: "R1-1 keeping only the outer predicate",
+            change: "two filters fused into the outer one alone (`p1`, not `p1 && p2`)",
+            replaces: "R1-1",
+            make: r1_1_outer_only,
+        },
+        Mutant {
+            name: "map-identity without its condition",
+            change: "a local map without a kernel is its input whatever its key map",
+            replaces: "map-identity",
+            make: map_identity_any_key_map,
+        },
+        Mutant {
+            name: "R1-6 right without renaming",
+            change: "a predicate that reads only dims below the right operand's arity is pushed onto the right \
+                     operand as written (the join's output dims read at the right operand's positions)",
+            replaces: "R1-6",
+            make: r1_6_right_not_renamed,
+        },
+        Mutant {
+            name: "R2-2 renaming the predicate through the shuffle dims",
+            change: "the predicate moved below the shuffle reads dim `d[i]` where it read dim `i`, as if the \
+                     shuffle had projected its operand onto `d`",
+            replaces: "R2-2",
+            make: r2_2_renamed_through_dims,
+        },
+        Mutant {
+            name: "matmul-cmm without its second phase",
+            change: "the partial sums by (i,k), made on the sites of j, are not shuffled and summed again",
+            replaces: "matmul-cmm",
+            make: matmul_cmm_one_phase,
+        },
+        Mutant {
+            name: "matmul-rmm without its final shuffle",
+            change: "the products, made on the sites of (i,j,k), are summed by (i,k) where they are, not shuffled \
+                     on (i,k) first",
+            replaces: "matmul-rmm",
+            make: matmul_rmm_no_final_shuffle,
         },
     ]
 }
@@ -329,5 +401,132 @@ fn r2_5_wrong_positions() -> RuleDef {
             let pos: Vec<usize> = p.iter().map(|d| g.iter().position(|x| x == d).expect("p ⊆ g")).collect();
             Some(vec![Bound::Leaf(Param::Dims(pos))])
         }))
+        .build()
+}
+
+fn lower_join_keys_swapped() -> RuleDef {
+    Rule::new("lower-join", Family::Lowering)
+        .why("MUTANT: none (the key lists are swapped)")
+        .rw(rw("(join ?jl ?jr ?k ?a (erase ?pb))", "(erase (ljoin ?jr ?jl ?k (broadcast ?a) ?pb))").named("mutant"))
+        .build()
+}
+
+fn lower_filter_no_predicate() -> RuleDef {
+    Rule::new("lower-filter", Family::Lowering)
+        .why("MUTANT: none (the predicate is dropped)")
+        .rw(rw("(filter ?pr (erase ?p))", "(erase ?p)").named("mutant"))
+        .build()
+}
+
+fn lower_rekey_no_key_map() -> RuleDef {
+    Rule::new("lower-rekey", Family::Lowering)
+        .why("MUTANT: none (the key map is dropped)")
+        .rw(rw("(rekey ?f (erase ?p))", "(erase ?p)").named("mutant"))
+        .build()
+}
+
+fn lower_transform_no_kernel() -> RuleDef {
+    Rule::new("lower-transform", Family::Lowering)
+        .why("MUTANT: none (the kernel is dropped)")
+        .rw(rw("(transform ?k (erase ?p))", "(erase ?p)").named("mutant"))
+        .build()
+}
+
+fn lower_concat_other_array_dim() -> RuleDef {
+    let [ds, x] = vars(["?ds", "?x"]);
+    Rule::new("lower-concat", Family::Lowering)
+        .why("MUTANT: none (the pieces are joined along the other array dim)")
+        .rw(rw("(concat ?ds ?x)", "(erase (lagg ?g ?kernel (shuffle ?g ?x)))").named("mutant").bind(
+            &[("?g", "g"), ("?kernel", "kernel:concat(kd,1-ad)")],
+            move |eg, _, s| {
+                let (d, lt) = (dims(eg, s[ds])?, logical(eg, s[x])?);
+                let [kd, ad] = d[..] else { return None };
+                let (g, kernel) = types::concat_as_aggregate(&lt.rel, kd, 1 - ad.min(1));
+                Some(vec![Bound::Leaf(Param::Dims(g)), Bound::Leaf(Param::Kernel(kernel))])
+            },
+        ))
+        .build()
+}
+
+fn r1_1_outer_only() -> RuleDef {
+    Rule::new("R1-1", Family::R1)
+        .why("MUTANT: none (the inner predicate is dropped)")
+        .rw(rw("(lfilter ?p1 (lfilter ?p2 ?x))", "(lfilter ?p1 ?x)").named("mutant"))
+        .build()
+}
+
+fn map_identity_any_key_map() -> RuleDef {
+    Rule::new("map-identity", Family::R1)
+        .why("MUTANT: none (the key map is not checked)")
+        .rw(rw("(lmap ?f id ?x)", "?x").named("mutant"))
+        .build()
+}
+
+fn r1_6_right_not_renamed() -> RuleDef {
+    let [p, b] = vars(["?p", "?b"]);
+    Rule::new("R1-6", Family::R1)
+        .why("MUTANT: `p` reads only dims below `b`'s arity (not renamed to `b`'s dims)")
+        .rw(rw("(lfilter ?p (ljoin ?jl ?jr ?k ?a ?b))", "(ljoin ?jl ?jr ?k ?a (lfilter ?p ?b))").named("mutant").when(
+            Cond::new("`p` reads only dims below `b`'s arity", move |eg, _, s| {
+                let (Some(p), Some(bt)) = (pred(eg, s[p]), complete_phys(eg, s[b])) else { return false };
+                p.dims_read().iter().all(|&d| d < bt.rel.key_arity())
+            }),
+        ))
+        .build()
+}
+
+fn r2_2_renamed_through_dims() -> RuleDef {
+    let [p, d] = vars(["?p", "?d"]);
+    Rule::new("R2-2", Family::R2)
+        .why("MUTANT: the predicate is renamed through the shuffle dims (when that changes it)")
+        .rw(rw("(lfilter ?p (shuffle ?d (erase ?x)))", "(shuffle ?d (erase (lfilter ?q ?x)))").named("mutant").bind(
+            &[("?q", "p with dim i read as d[i]")],
+            move |eg, _, s| {
+                let (p, d) = (pred(eg, s[p])?, dims(eg, s[d])?);
+                let q = p.remap(&|i| d.get(i).copied().unwrap_or(i));
+                (q != *p).then(|| vec![Bound::Leaf(Param::Pred(q))])
+            },
+        ))
+        .build()
+}
+
+fn matmul_cmm_one_phase() -> RuleDef {
+    Rule::new("matmul-cmm", Family::Matmul)
+        .why("MUTANT: `x`, `y` matrices (the partial sums are not summed again)")
+        .rw(rw(
+            "(aggregate [0,2] kernel:matAdd (join [1] [0] kernel:matMul ?x ?y))",
+            "(erase (lagg [0,2] kernel:matAdd (ljoin [1] [0] kernel:matMul (shuffle [1] ?x) (shuffle [0] ?y))))",
+        )
+        .named("mutant")
+        .when(matrices("?x", "?y")))
+        .build()
+}
+
+fn matmul_rmm_no_final_shuffle() -> RuleDef {
+    let [x, y] = vars(["?x", "?y"]);
+    Rule::new("matmul-rmm", Family::Matmul)
+        .why("MUTANT: as matmul-rmm, without the shuffle on (i,k) before the sum")
+        .rw(rw(
+            "(aggregate [0,2] kernel:matAdd (join [1] [0] kernel:matMul ?x ?y))",
+            "(erase (lagg [0,2] kernel:matAdd (ljoin [0,1,2] [0,1,2] kernel:matMul \
+             (shuffle [0,1,2] (erase (lmap ?kx id ?px))) (shuffle [0,1,2] (erase (lmap ?ky id ?py))))))",
+        )
+        .named("mutant")
+        .when(matrices("?x", "?y"))
+        .when(dense_nonempty("?x", "?y"))
+        .reads_members()
+        .bind(
+            &[("?px", "member(?x)"), ("?py", "member(?y)"), ("?kx", "key:[k0,k1,0..K]"), ("?ky", "key:[0..I,k0,k1]")],
+            move |eg, _, s| {
+                let (fx, fy) = matrix_frontiers(eg, s[x], s[y])?;
+                let (px, py) = (member(eg, s[x])?, member(eg, s[y])?);
+                Some(vec![
+                    Bound::Class(px),
+                    Bound::Class(py),
+                    Bound::Leaf(Param::Key(KeyFn::replicate(2, 2, fy[1]))),
+                    Bound::Leaf(Param::Key(KeyFn::replicate(2, 0, fx[0]))),
+                ])
+            },
+        ))
         .build()
 }
