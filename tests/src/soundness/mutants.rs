@@ -193,6 +193,31 @@ pub fn all() -> Vec<Mutant> {
             replaces: "matmul-rmm",
             make: matmul_rmm_no_final_shuffle,
         },
+        Mutant {
+            name: "lower-tile along the other array dim",
+            change: "the tile key map and kernel are those of tiling the array dim that `dim` does not name",
+            replaces: "lower-tile",
+            make: lower_tile_other_dim,
+        },
+        Mutant {
+            name: "R1-2 composing the kernels in the other order",
+            change: "two kernel-only maps fused with the outer kernel applied first",
+            replaces: "R1-2",
+            make: r1_2_kernels_swapped,
+        },
+        Mutant {
+            name: "R1-7 keeping the kernel outside too",
+            change: "the map's kernel is composed into the join and still applied by the map above it",
+            replaces: "R1-7",
+            make: r1_7_kernel_twice,
+        },
+        Mutant {
+            name: "R2-7 partitioning on every join dim",
+            change: "both operands are shuffled on all their join dims, not on `p` and its matching right dims, so \
+                     the join's output is placed Hash(jl), not Hash(p)",
+            replaces: "R2-7",
+            make: r2_7_every_join_dim,
+        },
     ]
 }
 
@@ -528,5 +553,66 @@ fn matmul_rmm_no_final_shuffle() -> RuleDef {
                 ])
             },
         ))
+        .build()
+}
+
+fn lower_tile_other_dim() -> RuleDef {
+    let [ds, p] = vars(["?ds", "?p"]);
+    Rule::new("lower-tile", Family::Lowering)
+        .why("MUTANT: none (the other array dim is tiled)")
+        .rw(rw("(tile ?ds (erase ?p))", "(erase (lmap ?key ?kernel ?p))").named("mutant").bind(
+            &[("?key", "key:[k0,…,k{n-1},0..pieces]"), ("?kernel", "kernel:tile(1-dim,size)")],
+            move |eg, _, s| {
+                let (d, pt) = (dims(eg, s[ds])?, complete_phys(eg, s[p])?);
+                let [dim, size] = d[..] else { return None };
+                let (key, kernel) = types::tile_as_map(&pt.rel, 1 - dim.min(1), size).ok()?;
+                Some(vec![Bound::Leaf(Param::Key(key)), Bound::Leaf(Param::Kernel(kernel))])
+            },
+        ))
+        .build()
+}
+
+fn r1_2_kernels_swapped() -> RuleDef {
+    let [k1, k2] = vars(["?k1", "?k2"]);
+    Rule::new("R1-2", Family::R1)
+        .why("MUTANT: both key maps `id`, both kernels (composed inner after outer)")
+        .rw(rw("(lmap id ?k1 (lmap id ?k2 ?x))", "(lmap id ?k ?x)").named("mutant").bind(
+            &[("?k", "compose(k2,k1)")],
+            move |eg, _, s| {
+                let (a, b) = (kernel(eg, s[k1])?.clone(), kernel(eg, s[k2])?.clone());
+                (a != b).then(|| vec![Bound::Leaf(Param::Kernel(tra_optimizer::KernelRef::compose(b, a)))])
+            },
+        ))
+        .build()
+}
+
+fn r1_7_kernel_twice() -> RuleDef {
+    let [m, k] = vars(["?m", "?k"]);
+    Rule::new("R1-7", Family::R1)
+        .why("MUTANT: `m` a kernel (composed into the join, and kept on the map)")
+        .rw(rw("(lmap ?f ?m (ljoin ?jl ?jr ?k ?a ?b))", "(lmap ?f ?m (ljoin ?jl ?jr ?mk ?a ?b))").named("mutant").bind(
+            &[("?mk", "compose(m,k)")],
+            move |eg, _, s| {
+                let (m, k) = (kernel(eg, s[m])?.clone(), kernel(eg, s[k])?.clone());
+                Some(vec![Bound::Leaf(Param::Kernel(tra_optimizer::KernelRef::compose(m, k)))])
+            },
+        ))
+        .build()
+}
+
+fn r2_7_every_join_dim() -> RuleDef {
+    let [p, jl, jr] = vars(["?p", "?jl", "?jr"]);
+    Rule::new("R2-7", Family::R2)
+        .why("MUTANT: `p` ⊆ `jl`, but both sides shuffled on every join dim")
+        .rw(rw(
+            "(shuffle ?p (erase (ljoin ?jl ?jr ?k ?r ?s)))",
+            "(ljoin ?jl ?jr ?k (shuffle ?pl (erase ?r)) (shuffle ?pr (erase ?s)))",
+        )
+        .named("mutant")
+        .bind(&[("?pl", "jl"), ("?pr", "jr")], move |eg, _, s| {
+            let (p, jl, jr) = (dims(eg, s[p])?, dims(eg, s[jl])?, dims(eg, s[jr])?);
+            (p.iter().all(|d| jl.contains(d)) && p != jl)
+                .then(|| vec![Bound::Leaf(Param::Dims(jl.to_vec())), Bound::Leaf(Param::Dims(jr.to_vec()))])
+        }))
         .build()
 }
