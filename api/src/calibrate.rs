@@ -35,17 +35,10 @@
 //!   link (a single 16 MiB shuffle read about 60% of the slope on loopback).
 //! - **Processor time of an exchange**: the same two shuffles' processor
 //!   time (user and system, every thread of each job process, divided by
-//!   its kernel threads) less that of a control job reading the same input
-//!   and writing the same output without the exchange (a local filter that
-//!   keeps every tuple), per byte that crossed: the slope between the two
-//!   sizes again. Reading the input and writing the output are most of a
-//!   shuffle job's processor time (over loopback, 2 processes: about 42 of
-//!   54 ms per process at 32 MiB per site); the plans' measured times leave
-//!   the reading out and `output_bytes_per_second` prices the writing, so
-//!   counting them here charged them twice (the rate read 3.1e8 B/s with
-//!   them, 2.0e9 without). Over loopback it is the processors that move the
-//!   bytes, and a streamed matmul's GEMMs wait for them; over a network link
-//!   slower than that, the exchange runs beside the GEMMs.
+//!   its kernel threads), per byte that crossed: the slope between the two
+//!   again. Over loopback it is the processors that move the bytes, and a
+//!   streamed matmul's GEMMs wait for them; over a network link slower than
+//!   that, the exchange runs beside the GEMMs.
 //! - **Latency**: a chain of six shuffles of one float per site, each
 //!   waiting for the one before: the mean time of all but the first (the
 //!   first also waits for the job to start), or that line's intercept (the
@@ -245,16 +238,6 @@ impl Target {
             Target::Hosts { hosts, .. } if !all_loopback(hosts) => None,
             _ => Some((cores / self.processes()).max(1)),
         }
-    }
-}
-
-/// A job's processor seconds per process and kernel thread (the share of a
-/// site's processors it took); infinite when a process did not report them.
-fn processor_seconds(r: &JobReport, processes: usize) -> f64 {
-    if r.cpu_ms.len() == processes && r.threads > 0 && r.cpu_ms.iter().all(|&c| c > 0.0) {
-        r.cpu_ms.iter().sum::<f64>() / processes as f64 / 1000.0 / r.threads as f64
-    } else {
-        f64::INFINITY
     }
 }
 
@@ -468,15 +451,9 @@ pub fn calibrate(args: &CalibrateArgs) -> Result<Calibration, String> {
             "inputs": {"X": {"key_bounds": [blocks], "array_bounds": [b, b]}},
             "nodes": {"S": {"op": "shuffle", "input": "X", "dims": [0]}},
             "outputs": ["S"]}))?;
-        // The same job without the exchange: the same input read, the same
-        // output written, each tuple left where it is.
-        let control = plan(serde_json::json!({
-            "inputs": {"X": {"key_bounds": [blocks], "array_bounds": [b, b]}},
-            "nodes": {"S": {"op": "local_filter", "input": "X", "predicate": "k0 >= 0"}},
-            "outputs": ["S"]}))?;
-        let (spec, control) = (runner.job(&shuffle)?, runner.job(&control)?);
+        let spec = runner.job(&shuffle)?;
         let mut best: Option<(f64, f64)> = None;
-        let (mut least_cpu, mut least_control) = (f64::INFINITY, f64::INFINITY);
+        let mut least_cpu = f64::INFINITY;
         for _ in 0..reps {
             let r = runner.run(&spec)?;
             if let Some(w) = r.wire.get("S") {
@@ -484,19 +461,21 @@ pub fn calibrate(args: &CalibrateArgs) -> Result<Calibration, String> {
                     best = Some((w.bytes as f64 / n as f64, w.ms / 1000.0));
                 }
             }
-            least_cpu = least_cpu.min(processor_seconds(&r, n));
-            least_control = least_control.min(processor_seconds(&runner.run(&control)?, n));
+            // Processor seconds per process, per kernel thread: the share of
+            // a site's processors the job took.
+            if r.cpu_ms.len() == n && r.threads > 0 && r.cpu_ms.iter().all(|&c| c > 0.0) {
+                let per_process = r.cpu_ms.iter().sum::<f64>() / n as f64 / 1000.0;
+                least_cpu = least_cpu.min(per_process / r.threads as f64);
+            }
         }
         if let Some((bytes, _)) = best {
-            cpu_points.push((bytes, least_cpu - least_control));
+            cpu_points.push((bytes, least_cpu));
         }
         points.extend(best);
     }
     // The processor time an exchanged byte costs a site: the slope of the
-    // shuffle's processor time beyond its control's (reading the input and
-    // writing the output, which plans' measured times leave out or
-    // `output_bytes_per_second` prices, cancel out) between the two sizes
-    // (the job's fixed work cancels out).
+    // processor time between the two shuffles (the job's fixed work —
+    // starting, reading the plan, connecting — cancels out).
     let exchange_cpu = match cpu_points[..] {
         [(b0, c0), (b1, c1)] if b1 > b0 && c1 > c0 && c1.is_finite() => Some((b1 - b0) / (c1 - c0)),
         _ => None,

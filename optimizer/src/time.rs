@@ -192,9 +192,8 @@ pub struct Profile {
     /// Bytes a site exchanges (sent and received alike) per second of its
     /// processors' time: what moving bytes costs the processors that also
     /// run the kernels (`tra calibrate`: the processor time of the job
-    /// processes over a shuffle's bytes, beyond that of the same job without
-    /// the exchange, divided among a process's kernel threads). Where links
-    /// are slower than that (a real network), an
+    /// processes over a shuffle's bytes, divided among a process's kernel
+    /// threads). Where links are slower than that (a real network), an
     /// exchange mostly waits on its link and runs beside the GEMMs of a
     /// streamed matmul; over loopback it is the processors that move the
     /// bytes, so those GEMMs wait for them. Optional: without it exchanges
