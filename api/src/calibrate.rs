@@ -38,7 +38,18 @@
 //!   its kernel threads), per byte that crossed: the slope between the two
 //!   again. Over loopback it is the processors that move the bytes, and a
 //!   streamed matmul's GEMMs wait for them; over a network link slower than
-//!   that, the exchange runs beside the GEMMs.
+//!   that, the exchange runs beside the GEMMs. The figure counts the whole
+//!   shuffle job's work per crossed byte, reading its input and writing its
+//!   output included, and those are most of it: over loopback (2 processes,
+//!   32 MiB per site) a control job reading and writing the same without
+//!   the exchange took about 42 of the shuffle job's 54 ms per process, and
+//!   the rate with the control's time taken out read 2.0e9 and 7.4e9 B/s
+//!   against 3.1e8. Tried as the profile's figure, that fitted the chosen
+//!   plans' times better (within 30% on 20 of 20 shapes in two passes,
+//!   against 10) and chose worse (regret at most 1.10 on 11 of 20, against
+//!   15): over loopback, plans that exchange more measure slower than their
+//!   exchanges' own processor time explains, and the larger figure stands
+//!   for that (`bench/README.md`).
 //! - **Latency**: a chain of six shuffles of one float per site, each
 //!   waiting for the one before: the mean time of all but the first (the
 //!   first also waits for the job to start), or that line's intercept (the

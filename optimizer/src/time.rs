@@ -193,7 +193,9 @@ pub struct Profile {
     /// processors' time: what moving bytes costs the processors that also
     /// run the kernels (`tra calibrate`: the processor time of the job
     /// processes over a shuffle's bytes, divided among a process's kernel
-    /// threads). Where links are slower than that (a real network), an
+    /// threads; that job's reading of its input and writing of its output
+    /// included, which over loopback is most of it). Where links are slower
+    /// than that (a real network), an
     /// exchange mostly waits on its link and runs beside the GEMMs of a
     /// streamed matmul; over loopback it is the processors that move the
     /// bytes, so those GEMMs wait for them. Optional: without it exchanges
