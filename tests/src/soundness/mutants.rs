@@ -1,10 +1,14 @@
 //! Deliberately unsound variants of real rules ("mutation" testing):
 //! each copies the structure of the rule it replaces and changes one thing
-//! (a dropped condition, swapped operands, wrong key positions, a shuffle
-//! removed, a broadcast where a shuffle belongs). Each is registered under the
-//! NAME of the rule it replaces, so the harness runs it on that rule's
-//! generator and credits the nodes it builds to that name. The soundness test
-//! requires the harness to report every one of them as a failure.
+//! (a dropped condition or operator, swapped operands or key lists, wrong key
+//! positions or dims, kernels composed in the wrong order, a shuffle removed,
+//! a broadcast where a shuffle belongs). Each is registered under the NAME of
+//! the rule it replaces, so the harness runs it on that rule's generator and
+//! credits the nodes it builds to that name. The soundness test requires the
+//! harness to report every one of them as a failure. Every rule but R2-1 has
+//! one (see `rules/README.md`); a mutant the typing refuses to build (a local
+//! join of operands that are not co-located, for one) cannot stand here,
+//! since it never reaches execution.
 
 use tra_optimizer::egraph::{Param, TraEGraph};
 use tra_optimizer::keyexpr::KeyFn;
