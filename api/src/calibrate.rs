@@ -47,9 +47,10 @@
 //!   against 3.1e8. Tried as the profile's figure, that fitted the chosen
 //!   plans' times better (within 30% on 20 of 20 shapes in two passes,
 //!   against 10) and chose worse (regret at most 1.10 on 11 of 20, against
-//!   15): over loopback, plans that exchange more measure slower than their
-//!   exchanges' own processor time explains, and the larger figure stands
-//!   for that (`bench/README.md`).
+//!   15): where it chose differently, its plan measured slower (on thin,
+//!   CMM, whose exchanges cost it more over loopback than their own
+//!   processor and link time explain; elsewhere near-ties), and the larger
+//!   figure stands for that (`bench/README.md`).
 //! - **Latency**: a chain of six shuffles of one float per site, each
 //!   waiting for the one before: the mean time of all but the first (the
 //!   first also waits for the job to start), or that line's intercept (the
