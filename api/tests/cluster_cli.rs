@@ -725,12 +725,21 @@ fn the_gemm_is_reported_and_a_missing_openblas_is_a_clear_error() {
         // Where OpenBLAS is installed, it runs in `tra`'s processes without
         // the pool of threads it starts of its own when the environment
         // does not say one thread (even where the user's does).
-        let (ok, out, err) = run(&args, &[("OPENBLAS_NUM_THREADS", "4")]);
+        let require = std::env::var_os("TRA_REQUIRE_OPENBLAS").is_some();
+        let setting = if require { "openblas" } else { "auto" };
+        let (ok, out, err) = run(&args, &[("OPENBLAS_NUM_THREADS", "4"), ("TRA_GEMM", setting)]);
         assert!(ok, "{err}");
         let gemm = check_summary(&out)["gemm"].as_str().unwrap().to_string();
         assert!(!gemm.contains("idle thread"), "cluster {cluster}: {gemm}");
-        if std::env::var_os("TRA_REQUIRE_OPENBLAS").is_some() {
+        if require {
             assert!(gemm.starts_with("openblas"), "cluster {cluster}: {gemm}");
+            // `auto` takes it too, unless its kernels are its fallback on
+            // this processor; then the summary says what to set.
+            let (ok, out, err) = run(&args, &[]);
+            assert!(ok, "{err}");
+            let auto = check_summary(&out)["gemm"].as_str().unwrap().to_string();
+            assert!(auto.starts_with("openblas") || auto.contains("OPENBLAS_CORETYPE="), "cluster {cluster}: {auto}");
+            assert_eq!(auto.starts_with("builtin"), gemm.contains("slow: "), "cluster {cluster}: {auto} / {gemm}");
         }
         // OpenBLAS asked for and missing: the run fails naming the library,
         // without a panic.

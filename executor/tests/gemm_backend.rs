@@ -11,8 +11,9 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::process::Command;
 use tra_executor::threads::kernels::{
-    gemm_backend, gemm_backend::OPENBLAS_LIBRARIES, matmul_into, matmul_with, GemmBackend, GemmError, GemmRequest,
-    MatMulKind,
+    gemm_backend,
+    gemm_backend::{generic_kernels, VectorLevel, CORETYPE_ENV, OPENBLAS_LIBRARIES},
+    matmul_into, matmul_with, GemmBackend, GemmError, GemmRequest, MatMulKind,
 };
 use tra_executor::threads::Elem;
 
@@ -215,6 +216,31 @@ fn settings_parse_and_a_missing_library_is_named() {
     }
 }
 
+/// Kernels without AVX2 and FMA on a processor that has them are OpenBLAS's
+/// fallback (it did not know the processor); kernels a level below the
+/// processor's, or names not known here, are not judged.
+#[test]
+fn openblas_fallback_kernels_are_told_from_its_own_choices() {
+    use VectorLevel::*;
+    let why = generic_kernels("Prescott", Some(Avx512)).expect("Prescott kernels on AVX-512 are the fallback");
+    assert!(why.contains("Prescott") && why.contains("AVX-512") && why.contains("OPENBLAS_CORETYPE=SkylakeX"), "{why}");
+    let why = generic_kernels("sandybridge", Some(Avx2)).expect("AVX kernels on AVX2 and FMA are the fallback");
+    assert!(why.contains("OPENBLAS_CORETYPE=Haswell"), "{why}");
+    assert!(generic_kernels("CORE2", Some(Avx2)).is_some(), "names are case-insensitive");
+    // OpenBLAS's own choices for processors it knows.
+    for core in ["Haswell", "Zen", "SkylakeX", "Cooperlake", "SapphireRapids"] {
+        assert_eq!(generic_kernels(core, Some(Avx512)), None, "{core}");
+    }
+    // The processor has nothing better, or is not judged.
+    assert_eq!(generic_kernels("Prescott", Some(Avx)), None);
+    assert_eq!(generic_kernels("Sandybridge", Some(Avx)), None);
+    assert_eq!(generic_kernels("Prescott", None), None);
+    assert_eq!(generic_kernels("NeoverseN1", Some(Avx512)), None);
+    assert_eq!(generic_kernels("", Some(Avx512)), None);
+    assert_eq!(VectorLevel::of_openblas_core("Haswell"), Some(Avx2));
+    assert!(Sse < Avx && Avx < Avx2 && Avx2 < Avx512);
+}
+
 #[test]
 fn a_serial_openblas_is_refused() {
     // In a process of its own: once the serial build is loaded, the loader
@@ -264,7 +290,7 @@ fn serial_openblas_in_this_process() {
 fn run_alone(name: &str, env: &[(&str, &str)]) {
     let mut cmd = Command::new(std::env::current_exe().unwrap());
     cmd.args(["--exact", name, "--ignored", "--nocapture", "--test-threads=1"]);
-    cmd.env_remove("TRA_GEMM").env_remove("TRA_OPENBLAS_LIB");
+    cmd.env_remove("TRA_GEMM").env_remove("TRA_OPENBLAS_LIB").env_remove(CORETYPE_ENV);
     for (k, v) in env {
         cmd.env(k, v);
     }
@@ -286,8 +312,16 @@ fn tra_gemm_chooses_the_gemm_of_the_runtimes() {
     child(&[("TRA_GEMM", "openblas"), ("TRA_OPENBLAS_LIB", "/nonexistent/libopenblas.so.0"), ("EXPECT", "error")]);
     child(&[("TRA_GEMM", "fastest"), ("EXPECT", "error")]);
     if installed {
-        child(&[("EXPECT", "openblas")]);
+        // OpenBLAS, unless its kernels here are its fallback (then the
+        // built-in GEMM, saying why): the child finds out which.
+        child(&[("EXPECT", "auto")]);
         child(&[("TRA_GEMM", "openblas"), ("EXPECT", "openblas")]);
+        // Kernels chosen with OPENBLAS_CORETYPE are the user's choice, kept
+        // even where they are the slow fallback.
+        child(&[(CORETYPE_ENV, "Prescott"), ("EXPECT", "openblas")]);
+        if let Some(fast) = VectorLevel::of_this_processor().and_then(VectorLevel::openblas_core) {
+            child(&[(CORETYPE_ENV, fast), ("EXPECT", "openblas")]);
+        }
     } else {
         child(&[("EXPECT", "builtin")]);
     }
@@ -325,10 +359,39 @@ fn gemm_choice_in_this_process() {
         assert!(gemm_backend().is_err());
         return;
     }
+    // `auto`: OpenBLAS, or the built-in GEMM where OpenBLAS runs its
+    // fallback kernels on this processor (OPENBLAS_CORETYPE unset).
+    let generic = match GemmBackend::select(GemmRequest::OpenBlas) {
+        Ok(GemmBackend::OpenBlas(o)) => o.generic_kernels().map(str::to_string),
+        _ => None,
+    };
+    let expect = match expect.as_str() {
+        "auto" if generic.is_some() => "builtin".to_string(),
+        "auto" => "openblas".to_string(),
+        other => other.to_string(),
+    };
     let chosen = gemm_backend().unwrap();
     assert_eq!(chosen.name(), expect);
     let run = run.unwrap();
     assert!(run.report.gemm.starts_with(&expect), "{}", run.report.gemm);
+    match (std::env::var(CORETYPE_ENV), &generic) {
+        (Ok(core), _) => {
+            // Never judged: the user chose these kernels.
+            assert!(generic.is_none() && !run.report.gemm.contains("slow"), "{}", run.report.gemm);
+            if let GemmBackend::OpenBlas(o) = chosen {
+                if o.config().contains("DYNAMIC_ARCH") && core != "Prescott" {
+                    assert!(o.core().eq_ignore_ascii_case(&core), "asked for {core}: {}", run.report.gemm);
+                }
+            }
+        }
+        (Err(_), Some(why)) if !matches!(chosen, GemmBackend::Builtin) => {
+            // OpenBLAS asked for or `auto`'s fallback: the report says why
+            // OpenBLAS is slow here and what to set.
+            assert!(why.contains(CORETYPE_ENV) && run.report.gemm.contains(why.as_str()), "{}", run.report.gemm);
+        }
+        (Err(_), Some(_)) => {}
+        (Err(_), None) => {}
+    }
     // The kernels call the chosen backend: matmul_into's result is bit for
     // bit that backend's, and (with OpenBLAS installed) not the other's on
     // a product where their rounding differs.

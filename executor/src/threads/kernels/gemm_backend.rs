@@ -40,6 +40,21 @@
 //! OpenBLAS's integers are 32-bit (the `64_`-suffixed ILP64 builds are other
 //! libraries): a product with a dimension past `i32::MAX` goes to the built-in
 //! GEMM.
+//!
+//! **A processor newer than the library.** A `DYNAMIC_ARCH` OpenBLAS picks
+//! its kernels by the processor's model when it is loaded, and a model it
+//! does not know gets its oldest kernels: Debian 12's OpenBLAS 0.3.21 runs
+//! its `Prescott` (SSE3) kernels on an Emerald Rapids Xeon (family 6, model
+//! 207), and a 2-process 4096² `f32` matmul took 2.8 s with them, 0.73–0.93 s
+//! with the built-in GEMM and 0.75–0.81 s with the same library told to use
+//! its AVX-512 kernels (`OPENBLAS_CORETYPE=SkylakeX`). So the library's
+//! kernels ([`OpenBlas::core`], `openblas_get_corename`) are checked against
+//! the processor when `OPENBLAS_CORETYPE` is not set: kernels without AVX2
+//! and FMA on a processor that has them are the library's fallback
+//! ([`generic_kernels`]), and `auto` then takes the built-in GEMM, saying
+//! why and which `OPENBLAS_CORETYPE` would give the library's fast kernels
+//! (`TRA_GEMM=openblas` keeps OpenBLAS, and its description says the same).
+//! A core chosen with `OPENBLAS_CORETYPE` is the user's choice, and kept.
 
 use std::ffi::{c_char, c_int, CStr};
 use std::sync::OnceLock;
@@ -54,6 +69,107 @@ pub const ONE_THREAD_ENV: (&str, &str) = ("OPENBLAS_NUM_THREADS", "1");
 
 /// The environment variable that chooses the GEMM.
 pub const GEMM_ENV: &str = "TRA_GEMM";
+
+/// The environment variable a `DYNAMIC_ARCH` OpenBLAS reads when it is
+/// loaded: the kernels to use instead of those its detection picks.
+pub const CORETYPE_ENV: &str = "OPENBLAS_CORETYPE";
+
+/// The widest vector instructions a processor has (or a set of OpenBLAS
+/// kernels uses), as far as matrix products are concerned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum VectorLevel {
+    /// SSE, up to SSE4.2.
+    Sse,
+    /// AVX, without AVX2 and FMA.
+    Avx,
+    /// AVX2 and FMA.
+    Avx2,
+    /// AVX-512 (F, BW, DQ and VL: what OpenBLAS's `SkylakeX` kernels use).
+    Avx512,
+}
+
+impl VectorLevel {
+    /// This processor's level (as the operating system lets programs use it);
+    /// `None` on other architectures than x86-64.
+    pub fn of_this_processor() -> Option<VectorLevel> {
+        #[cfg(target_arch = "x86_64")]
+        {
+            use std::arch::is_x86_feature_detected as has;
+            Some(if has!("avx512f") && has!("avx512bw") && has!("avx512dq") && has!("avx512vl") {
+                VectorLevel::Avx512
+            } else if has!("avx2") && has!("fma") {
+                VectorLevel::Avx2
+            } else if has!("avx") {
+                VectorLevel::Avx
+            } else {
+                VectorLevel::Sse
+            })
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            None
+        }
+    }
+
+    /// The level of an x86 OpenBLAS core (`openblas_get_corename`, the
+    /// names of its `dynamic.c`, case-insensitive); `None` for a name not
+    /// listed here (another architecture, or a core newer than this list).
+    pub fn of_openblas_core(core: &str) -> Option<VectorLevel> {
+        #[rustfmt::skip]
+        const SSE: &[&str] = &[
+            "katmai", "coppermine", "northwood", "prescott", "banias", "atom", "core2", "penryn", "dunnington",
+            "nehalem", "athlon", "opteron", "opteron_sse3", "barcelona", "nano", "bobcat",
+        ];
+        const AVX: &[&str] = &["sandybridge", "bulldozer", "piledriver", "steamroller"];
+        const AVX2: &[&str] = &["haswell", "zen", "excavator"];
+        const AVX512: &[&str] = &["skylakex", "cooperlake", "sapphirerapids"];
+        let core = core.trim().to_ascii_lowercase();
+        [(SSE, VectorLevel::Sse), (AVX, VectorLevel::Avx), (AVX2, VectorLevel::Avx2), (AVX512, VectorLevel::Avx512)]
+            .into_iter()
+            .find(|(names, _)| names.contains(&core.as_str()))
+            .map(|(_, level)| level)
+    }
+
+    /// The OpenBLAS core (for [`CORETYPE_ENV`]) that uses this level's
+    /// instructions for its matrix products; `None` below AVX2.
+    pub fn openblas_core(self) -> Option<&'static str> {
+        match self {
+            VectorLevel::Avx512 => Some("SkylakeX"),
+            VectorLevel::Avx2 => Some("Haswell"),
+            VectorLevel::Sse | VectorLevel::Avx => None,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            VectorLevel::Sse => "SSE",
+            VectorLevel::Avx => "AVX",
+            VectorLevel::Avx2 => "AVX2 and FMA",
+            VectorLevel::Avx512 => "AVX-512",
+        }
+    }
+}
+
+/// Why OpenBLAS's `core` kernels are its fallback on a processor of level
+/// `cpu`, or `None` when they are not: they lack AVX2 and FMA, which the
+/// processor has (the library did not know the processor's model). Kernels
+/// one level below the processor's (AVX2 on an AVX-512 processor) are a
+/// choice OpenBLAS makes for some processors it knows, and are kept.
+pub fn generic_kernels(core: &str, cpu: Option<VectorLevel>) -> Option<String> {
+    let cpu = cpu?;
+    let kernels = VectorLevel::of_openblas_core(core)?;
+    if kernels >= VectorLevel::Avx2 || cpu < VectorLevel::Avx2 {
+        return None;
+    }
+    let suggest = cpu.openblas_core()?;
+    Some(format!(
+        "it runs its {core} kernels ({}) on a processor with {}: it did not recognise the processor (a library \
+         older than the processor, or built without those kernels), and its fallback is several times slower; \
+         {CORETYPE_ENV}={suggest} makes it use its {suggest} kernels, or install a newer OpenBLAS",
+        kernels.name(),
+        cpu.name()
+    ))
+}
 
 /// The environment variable naming the OpenBLAS library to open instead of
 /// [`OPENBLAS_LIBRARIES`] (a path, or a name the loader searches for).
@@ -170,6 +286,12 @@ pub struct OpenBlas {
     dgemm: CblasGemm<f64>,
     library: String,
     config: String,
+    /// The kernels it chose (`openblas_get_corename`; empty if it does not say).
+    core: String,
+    /// Why those kernels are its fallback on this processor
+    /// ([`generic_kernels`]; `None` when they are not, or when
+    /// [`CORETYPE_ENV`] chose them).
+    generic: Option<String>,
     /// Threads of its own OpenBLAS started when it was loaded.
     pool_threads: usize,
     /// Keeps the library mapped for as long as the function pointers live.
@@ -242,7 +364,24 @@ impl OpenBlas {
                 }
                 Err(_) => String::new(),
             };
-            Ok(OpenBlas { sgemm, dgemm, library: name.to_string(), config, pool_threads, _lib: lib })
+            let core = match lib.get::<unsafe extern "C" fn() -> *const c_char>(b"openblas_get_corename\0") {
+                Ok(get) => {
+                    let p = get();
+                    if p.is_null() {
+                        String::new()
+                    } else {
+                        CStr::from_ptr(p).to_string_lossy().trim().to_string()
+                    }
+                }
+                Err(_) => String::new(),
+            };
+            let chosen_by_user = std::env::var_os(CORETYPE_ENV).is_some_and(|v| !v.is_empty());
+            let generic = if chosen_by_user {
+                None
+            } else {
+                generic_kernels(&core, VectorLevel::of_this_processor()).map(|why| format!("{name}: {why}"))
+            };
+            Ok(OpenBlas { sgemm, dgemm, library: name.to_string(), config, core, generic, pool_threads, _lib: lib })
         }
     }
 
@@ -261,6 +400,18 @@ impl OpenBlas {
     /// OpenBLAS's own description of its build (`openblas_get_config`).
     pub fn config(&self) -> &str {
         &self.config
+    }
+
+    /// The kernels it runs (`openblas_get_corename`: `Haswell`, `SkylakeX`,
+    /// …; empty when the library does not say).
+    pub fn core(&self) -> &str {
+        &self.core
+    }
+
+    /// Why its kernels are its fallback on this processor, if they are
+    /// (see the module's doc); `auto` then takes the built-in GEMM.
+    pub fn generic_kernels(&self) -> Option<&str> {
+        self.generic.as_deref()
     }
 
     /// `C = A·B` (or `C += A·B` when `accumulate`) for row-major `C`
@@ -350,9 +501,14 @@ impl GemmBackend {
         match request {
             GemmRequest::Builtin => Ok(GemmBackend::Builtin),
             GemmRequest::OpenBlas => OpenBlas::open(libraries).map(GemmBackend::OpenBlas),
-            GemmRequest::Auto => Ok(OpenBlas::open(libraries)
-                .map(GemmBackend::OpenBlas)
-                .unwrap_or_else(|e| GemmBackend::BuiltinFallback(e.to_string()))),
+            GemmRequest::Auto => Ok(match OpenBlas::open(libraries) {
+                Ok(o) => match o.generic.clone() {
+                    // Its fallback kernels are several times slower than the built-in GEMM.
+                    Some(why) => GemmBackend::BuiltinFallback(why),
+                    None => GemmBackend::OpenBlas(o),
+                },
+                Err(e) => GemmBackend::BuiltinFallback(e.to_string()),
+            }),
         }
     }
 
@@ -377,7 +533,11 @@ impl GemmBackend {
                         ONE_THREAD_ENV.0, ONE_THREAD_ENV.1
                     ),
                 };
-                format!("openblas ({}{config}, one thread per call{pool})", o.library)
+                let generic = match &o.generic {
+                    Some(why) => format!("; slow: {why}"),
+                    None => String::new(),
+                };
+                format!("openblas ({}{config}, one thread per call{pool}{generic})", o.library)
             }
             GemmBackend::Builtin => "builtin (the gemm crate)".to_string(),
             GemmBackend::BuiltinFallback(why) => format!("builtin (the gemm crate; OpenBLAS not used: {why})"),
