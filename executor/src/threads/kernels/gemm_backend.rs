@@ -45,8 +45,8 @@
 //! its kernels by the processor's model when it is loaded, and a model it
 //! does not know gets its oldest kernels: Debian 12's OpenBLAS 0.3.21 runs
 //! its `Prescott` (SSE3) kernels on an Emerald Rapids Xeon (family 6, model
-//! 207), and a 2-process 4096² `f32` matmul took 2.8 s with them, 0.73–0.93 s
-//! with the built-in GEMM and 0.75–0.81 s with the same library told to use
+//! 207), and a 2-process 4096² `f32` matmul took 2.8 s with them, 0.74–0.94 s
+//! with the built-in GEMM and 0.76–0.82 s with the same library told to use
 //! its AVX-512 kernels (`OPENBLAS_CORETYPE=SkylakeX`). So the library's
 //! kernels ([`OpenBlas::core`], `openblas_get_corename`) are checked against
 //! the processor when `OPENBLAS_CORETYPE` is not set: kernels without AVX2
