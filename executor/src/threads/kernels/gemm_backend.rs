@@ -304,6 +304,30 @@ impl std::fmt::Debug for OpenBlas {
     }
 }
 
+/// What `lib`'s function `symbol` (no arguments, returning a C string) says,
+/// trimmed; empty when the library lacks it or it returns null.
+///
+/// # Safety
+/// `symbol`, where `lib` has it, takes no arguments and returns a pointer to
+/// a NUL-terminated string that stays valid while `lib` is loaded (as
+/// OpenBLAS's `openblas_get_config` and `openblas_get_corename` do).
+unsafe fn described(lib: &libloading::Library, symbol: &[u8]) -> String {
+    // SAFETY: by the caller's contract.
+    unsafe {
+        match lib.get::<unsafe extern "C" fn() -> *const c_char>(symbol) {
+            Ok(get) => {
+                let p = get();
+                if p.is_null() {
+                    String::new()
+                } else {
+                    CStr::from_ptr(p).to_string_lossy().trim().to_string()
+                }
+            }
+            Err(_) => String::new(),
+        }
+    }
+}
+
 impl OpenBlas {
     /// Open the first of `libraries` that loads and has the CBLAS GEMMs,
     /// and set it to run every call on the caller's thread.
@@ -353,28 +377,8 @@ impl OpenBlas {
                 Err(_) => 0,
             };
             set_threads(1);
-            let config = match lib.get::<unsafe extern "C" fn() -> *const c_char>(b"openblas_get_config\0") {
-                Ok(get) => {
-                    let p = get();
-                    if p.is_null() {
-                        String::new()
-                    } else {
-                        CStr::from_ptr(p).to_string_lossy().trim().to_string()
-                    }
-                }
-                Err(_) => String::new(),
-            };
-            let core = match lib.get::<unsafe extern "C" fn() -> *const c_char>(b"openblas_get_corename\0") {
-                Ok(get) => {
-                    let p = get();
-                    if p.is_null() {
-                        String::new()
-                    } else {
-                        CStr::from_ptr(p).to_string_lossy().trim().to_string()
-                    }
-                }
-                Err(_) => String::new(),
-            };
+            let config = described(&lib, b"openblas_get_config\0");
+            let core = described(&lib, b"openblas_get_corename\0");
             let chosen_by_user = std::env::var_os(CORETYPE_ENV).is_some_and(|v| !v.is_empty());
             let generic = if chosen_by_user {
                 None
