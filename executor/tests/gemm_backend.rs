@@ -222,21 +222,26 @@ fn settings_parse_and_a_missing_library_is_named() {
 #[test]
 fn openblas_fallback_kernels_are_told_from_its_own_choices() {
     use VectorLevel::*;
-    let why = generic_kernels("Prescott", Some(Avx512)).expect("Prescott kernels on AVX-512 are the fallback");
+    let why = generic_kernels("Prescott", None, Some(Avx512)).expect("Prescott kernels on AVX-512 are the fallback");
     assert!(why.contains("Prescott") && why.contains("AVX-512") && why.contains("OPENBLAS_CORETYPE=SkylakeX"), "{why}");
-    let why = generic_kernels("sandybridge", Some(Avx2)).expect("AVX kernels on AVX2 and FMA are the fallback");
+    let why = generic_kernels("sandybridge", None, Some(Avx2)).expect("AVX kernels on AVX2 and FMA are the fallback");
     assert!(why.contains("OPENBLAS_CORETYPE=Haswell"), "{why}");
-    assert!(generic_kernels("CORE2", Some(Avx2)).is_some(), "names are case-insensitive");
+    assert!(generic_kernels("CORE2", None, Some(Avx2)).is_some(), "names are case-insensitive");
     // OpenBLAS's own choices for processors it knows.
     for core in ["Haswell", "Zen", "SkylakeX", "Cooperlake", "SapphireRapids"] {
-        assert_eq!(generic_kernels(core, Some(Avx512)), None, "{core}");
+        assert_eq!(generic_kernels(core, None, Some(Avx512)), None, "{core}");
     }
     // The processor has nothing better, or is not judged.
-    assert_eq!(generic_kernels("Prescott", Some(Avx)), None);
-    assert_eq!(generic_kernels("Sandybridge", Some(Avx)), None);
-    assert_eq!(generic_kernels("Prescott", None), None);
-    assert_eq!(generic_kernels("NeoverseN1", Some(Avx512)), None);
-    assert_eq!(generic_kernels("", Some(Avx512)), None);
+    assert_eq!(generic_kernels("Prescott", None, Some(Avx)), None);
+    assert_eq!(generic_kernels("Sandybridge", None, Some(Avx)), None);
+    assert_eq!(generic_kernels("Prescott", None, None), None);
+    assert_eq!(generic_kernels("NeoverseN1", None, Some(Avx512)), None);
+    assert_eq!(generic_kernels("", None, Some(Avx512)), None);
+    // Kernels asked for with OPENBLAS_CORETYPE and run are the user's
+    // choice; a name the library did not take (or an empty one) chose nothing.
+    assert_eq!(generic_kernels("Prescott", Some("prescott"), Some(Avx512)), None);
+    assert!(generic_kernels("Prescott", Some("NoSuchCore"), Some(Avx512)).is_some());
+    assert!(generic_kernels("Prescott", Some(""), Some(Avx512)).is_some());
     assert_eq!(VectorLevel::of_openblas_core("Haswell"), Some(Avx2));
     assert!(Sse < Avx && Avx < Avx2 && Avx2 < Avx512);
 }
@@ -318,10 +323,13 @@ fn tra_gemm_chooses_the_gemm_of_the_runtimes() {
         child(&[("TRA_GEMM", "openblas"), ("EXPECT", "openblas")]);
         // Kernels chosen with OPENBLAS_CORETYPE are the user's choice, kept
         // even where they are the slow fallback.
-        child(&[(CORETYPE_ENV, "Prescott"), ("EXPECT", "openblas")]);
+        child(&[(CORETYPE_ENV, "Prescott"), ("EXPECT", "openblas"), ("EXPECT_CORE", "Prescott")]);
         if let Some(fast) = VectorLevel::of_this_processor().and_then(VectorLevel::openblas_core) {
-            child(&[(CORETYPE_ENV, fast), ("EXPECT", "openblas")]);
+            child(&[(CORETYPE_ENV, fast), ("EXPECT", "openblas"), ("EXPECT_CORE", fast)]);
         }
+        // A name OpenBLAS does not know chooses nothing: the kernels it runs
+        // then (its detection's; 0.3.21 takes its Cooperlake ones) are judged.
+        child(&[(CORETYPE_ENV, "NoSuchCore"), ("EXPECT", "auto")]);
     } else {
         child(&[("EXPECT", "builtin")]);
     }
@@ -361,9 +369,11 @@ fn gemm_choice_in_this_process() {
     }
     // `auto`: OpenBLAS, or the built-in GEMM where OpenBLAS runs its
     // fallback kernels on this processor (OPENBLAS_CORETYPE unset).
-    let generic = match GemmBackend::select(GemmRequest::OpenBlas) {
-        Ok(GemmBackend::OpenBlas(o)) => o.generic_kernels().map(str::to_string),
-        _ => None,
+    let (generic, core, config) = match GemmBackend::select(GemmRequest::OpenBlas) {
+        Ok(GemmBackend::OpenBlas(o)) => {
+            (o.generic_kernels().map(str::to_string), o.core().to_string(), o.config().to_string())
+        }
+        _ => (None, String::new(), String::new()),
     };
     let expect = match expect.as_str() {
         "auto" if generic.is_some() => "builtin".to_string(),
@@ -374,23 +384,31 @@ fn gemm_choice_in_this_process() {
     assert_eq!(chosen.name(), expect);
     let run = run.unwrap();
     assert!(run.report.gemm.starts_with(&expect), "{}", run.report.gemm);
-    match (std::env::var(CORETYPE_ENV), &generic) {
-        (Ok(core), _) => {
-            // Never judged: the user chose these kernels.
+    if let Ok(want) = std::env::var("EXPECT_CORE") {
+        // OPENBLAS_CORETYPE is taken by a DYNAMIC_ARCH build.
+        if config.contains("DYNAMIC_ARCH") {
+            assert!(core.eq_ignore_ascii_case(&want), "asked for {want}, runs {core}: {}", run.report.gemm);
+        }
+    }
+    match std::env::var(CORETYPE_ENV) {
+        Ok(asked) if core.eq_ignore_ascii_case(&asked) => {
+            // The user's choice, taken by the library: never judged.
             assert!(generic.is_none() && !run.report.gemm.contains("slow"), "{}", run.report.gemm);
-            if let GemmBackend::OpenBlas(o) = chosen {
-                if o.config().contains("DYNAMIC_ARCH") && core != "Prescott" {
-                    assert!(o.core().eq_ignore_ascii_case(&core), "asked for {core}: {}", run.report.gemm);
-                }
+        }
+        _ => {
+            // No choice (or a name the library did not take): its kernels
+            // are judged against this processor.
+            if !core.is_empty() {
+                let asked = std::env::var(CORETYPE_ENV).ok();
+                let judged = generic_kernels(&core, asked.as_deref(), VectorLevel::of_this_processor());
+                assert_eq!(generic.is_some(), judged.is_some(), "{core}: {}", run.report.gemm);
+            }
+            if let (Some(why), false) = (&generic, matches!(chosen, GemmBackend::Builtin)) {
+                // OpenBLAS asked for, or `auto`'s fallback: the report says
+                // why OpenBLAS is slow here and what to set.
+                assert!(why.contains(CORETYPE_ENV) && run.report.gemm.contains(why.as_str()), "{}", run.report.gemm);
             }
         }
-        (Err(_), Some(why)) if !matches!(chosen, GemmBackend::Builtin) => {
-            // OpenBLAS asked for or `auto`'s fallback: the report says why
-            // OpenBLAS is slow here and what to set.
-            assert!(why.contains(CORETYPE_ENV) && run.report.gemm.contains(why.as_str()), "{}", run.report.gemm);
-        }
-        (Err(_), Some(_)) => {}
-        (Err(_), None) => {}
     }
     // The kernels call the chosen backend: matmul_into's result is bit for
     // bit that backend's, and (with OpenBLAS installed) not the other's on

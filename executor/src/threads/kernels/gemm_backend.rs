@@ -54,7 +54,9 @@
 //! ([`generic_kernels`]), and `auto` then takes the built-in GEMM, saying
 //! why and which `OPENBLAS_CORETYPE` would give the library's fast kernels
 //! (`TRA_GEMM=openblas` keeps OpenBLAS, and its description says the same).
-//! A core chosen with `OPENBLAS_CORETYPE` is the user's choice, and kept.
+//! A core chosen with `OPENBLAS_CORETYPE` is the user's choice, and kept; a
+//! name the library did not take chose nothing (it prints "Core not found"
+//! and runs other kernels, which are judged).
 
 use std::ffi::{c_char, c_int, CStr};
 use std::sync::OnceLock;
@@ -154,8 +156,13 @@ impl VectorLevel {
 /// `cpu`, or `None` when they are not: they lack AVX2 and FMA, which the
 /// processor has (the library did not know the processor's model). Kernels
 /// one level below the processor's (AVX2 on an AVX-512 processor) are a
-/// choice OpenBLAS makes for some processors it knows, and are kept.
-pub fn generic_kernels(core: &str, cpu: Option<VectorLevel>) -> Option<String> {
+/// choice OpenBLAS makes for some processors it knows, and are kept. So are
+/// the kernels `asked` for ([`CORETYPE_ENV`]'s value) when they are the ones
+/// it runs: the user's choice. A name it did not take chose nothing.
+pub fn generic_kernels(core: &str, asked: Option<&str>, cpu: Option<VectorLevel>) -> Option<String> {
+    if asked.is_some_and(|a| !a.trim().is_empty() && a.trim().eq_ignore_ascii_case(core.trim())) {
+        return None;
+    }
     let cpu = cpu?;
     let kernels = VectorLevel::of_openblas_core(core)?;
     if kernels >= VectorLevel::Avx2 || cpu < VectorLevel::Avx2 {
@@ -379,12 +386,9 @@ impl OpenBlas {
             set_threads(1);
             let config = described(&lib, b"openblas_get_config\0");
             let core = described(&lib, b"openblas_get_corename\0");
-            let chosen_by_user = std::env::var_os(CORETYPE_ENV).is_some_and(|v| !v.is_empty());
-            let generic = if chosen_by_user {
-                None
-            } else {
-                generic_kernels(&core, VectorLevel::of_this_processor()).map(|why| format!("{name}: {why}"))
-            };
+            let asked = std::env::var(CORETYPE_ENV).ok();
+            let generic = generic_kernels(&core, asked.as_deref(), VectorLevel::of_this_processor())
+                .map(|why| format!("{name}: {why}"));
             Ok(OpenBlas { sgemm, dgemm, library: name.to_string(), config, core, generic, pool_threads, _lib: lib })
         }
     }
