@@ -191,6 +191,61 @@ fn a_killed_worker_fails_the_run_within_seconds_and_the_next_run_works() {
     check_summary(&out);
 }
 
+/// Whether the kernel lets a process use transparent huge pages (its
+/// `THP_enabled` line), `None` where the kernel does not say.
+fn thp_enabled(pid: u32) -> Option<bool> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("THP_enabled:"))?;
+    Some(line.split_whitespace().nth(1)? == "1")
+}
+
+/// Job processes run without transparent huge pages (the first job's touch
+/// of fresh memory costs far less), unless MIMALLOC_ALLOW_THP, the
+/// allocator's own setting, is in the environment: then it is the user's.
+#[test]
+fn job_processes_run_without_huge_pages_unless_the_user_says() {
+    let dir = TempDir::new("cli-cluster-thp");
+    let (prog, inputs) = setup(&dir);
+    if thp_enabled(std::process::id()).is_none() {
+        eprintln!("this kernel does not report THP_enabled: nothing to check");
+        return;
+    }
+    for (asked, want) in [(None, false), (Some("1"), true), (Some("0"), false)] {
+        let mut args = vec![prog.display().to_string(), "--processes".into(), "2".into()];
+        args.extend(inputs.clone());
+        args.extend(outputs(&dir, "thp"));
+        let mut cmd = Command::new(TRA);
+        cmd.args(["run", "--format", "json"])
+            .args(&args)
+            .env("TRA_CLUSTER_TEST_STALL_MS", "1500")
+            .env_remove("MIMALLOC_ALLOW_THP")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        if let Some(v) = asked {
+            cmd.env("MIMALLOC_ALLOW_THP", v);
+        }
+        let mut child = cmd.spawn().unwrap();
+        let jobs = wait_children(child.id(), 2);
+        // The allocator turns huge pages off as it starts: wait for it.
+        let t = Instant::now();
+        let mut seen: Vec<Option<bool>> = Vec::new();
+        while t.elapsed() < Duration::from_secs(5) {
+            let now: Vec<Option<bool>> = jobs.iter().map(|&p| thp_enabled(p)).collect();
+            if now.iter().any(Option::is_none) {
+                break; // a job process has ended
+            }
+            seen = now;
+            if seen.iter().all(|s| *s == Some(want)) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let out = wait_with_timeout(&mut child, Duration::from_secs(60));
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(seen.iter().all(|s| *s == Some(want)), "MIMALLOC_ALLOW_THP={asked:?}: job processes' THP_enabled {seen:?}");
+    }
+}
+
 fn wait_with_timeout(child: &mut Child, t: Duration) -> std::process::Output {
     let start = Instant::now();
     while child.try_wait().unwrap().is_none() {
