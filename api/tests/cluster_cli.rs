@@ -242,7 +242,10 @@ fn job_processes_run_without_huge_pages_unless_the_user_says() {
         }
         let out = wait_with_timeout(&mut child, Duration::from_secs(60));
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-        assert!(seen.iter().all(|s| *s == Some(want)), "MIMALLOC_ALLOW_THP={asked:?}: job processes' THP_enabled {seen:?}");
+        assert!(
+            seen.iter().all(|s| *s == Some(want)),
+            "MIMALLOC_ALLOW_THP={asked:?}: job processes' THP_enabled {seen:?}"
+        );
     }
 }
 
