@@ -390,3 +390,46 @@ fn a_job_process_stops_when_its_supervisor_goes_away_and_removes_its_temporary_f
 fn no_stop() -> Option<String> {
     None
 }
+
+/// A streamed matmul's time on each site (`site_ms`) counts the GEMMs its
+/// kernel threads ran, not only its worker's own bookkeeping: the same
+/// products run unfused (a join whose every product is a block of its own)
+/// took about as long. `tra calibrate` reads the GEMM rate from it.
+#[test]
+fn a_streamed_matmul_counts_its_kernel_threads_time_on_each_site() {
+    let dir = TempDir::new("streamed-time");
+    let b = 256;
+    let p = Program::from_json(&format!(
+        r#"{{"inputs": {{"A": {{"key_bounds": [4, 8], "array_bounds": [{b}, {b}]}},
+                        "B": {{"key_bounds": [8], "array_bounds": [{b}, {b}]}}}},
+            "nodes": {{"C": {{"op": "join", "left": "A", "right": "B", "left_keys": [1], "right_keys": [0], "kernel": "matMul"}},
+                       "D": {{"op": "aggregate", "input": "C", "group_by": [0], "kernel": "matAdd"}}}},
+            "outputs": ["D"], "cluster": {{"sites": 2}}}}"#
+    ))
+    .unwrap();
+    let plan = Plan::from_json(&format!(
+        r#"{{"inputs": {{"A": {{"key_bounds": [4, 8], "array_bounds": [{b}, {b}], "placement": {{"hash": [0]}}}},
+                        "B": {{"key_bounds": [8], "array_bounds": [{b}, {b}]}}}},
+            "nodes": {{"Bb": {{"op": "broadcast", "input": "B"}},
+                       "C": {{"op": "local_join", "left": "A", "right": "Bb", "left_keys": [1], "right_keys": [0], "kernel": "matMul"}},
+                       "D": {{"op": "local_aggregate", "input": "C", "group_by": [0], "kernel": "matAdd"}}}},
+            "outputs": ["D"]}}"#
+    ))
+    .unwrap();
+    let total_ms = |r: &tra_executor::cluster::JobReport, node: &str| -> (f64, bool) {
+        let n = r.nodes.iter().find(|n| n["name"] == node).unwrap_or_else(|| panic!("no node {node}"));
+        let ms: Vec<f64> = serde_json::from_value(n["site_ms"].clone()).unwrap();
+        (ms.iter().sum(), n["streamed"] == true)
+    };
+    let (mut spec, _) = file_job(dir.path(), "streamed", &p, &plan, 2, 1);
+    let streamed = supervise::run_local(&spec, &launcher(), Duration::from_secs(60), &no_stop, |_| {}).unwrap();
+    spec.fuse = false;
+    let unfused = supervise::run_local(&spec, &launcher(), Duration::from_secs(60), &no_stop, |_| {}).unwrap();
+    let (gemms_streamed, was_streamed) = total_ms(&streamed, "D");
+    let (gemms_unfused, _) = total_ms(&unfused, "C");
+    assert!(was_streamed, "the fused matmul was not streamed: {:?}", streamed.nodes);
+    assert!(
+        gemms_streamed >= 0.25 * gemms_unfused,
+        "the streamed matmul's sites spent {gemms_streamed:.2} ms on it, the unfused join's {gemms_unfused:.2} ms"
+    );
+}

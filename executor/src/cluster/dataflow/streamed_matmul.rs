@@ -159,7 +159,10 @@ pub(super) fn streamed_matmul<'s, T: Elem>(
         // goes on receiving and passing on blocks (other sites wait for
         // them); a finished block wakes the operator up.
         let wake = scope.worker().sync_activator_for(info.address.to_vec());
-        let (finished_tx, finished) = std::sync::mpsc::channel::<(usize, Res<Block<T>>)>();
+        // Each finished block comes with the kernel thread's time on it: the
+        // site's time computing the step (`site_ms`) is the worker's own
+        // plus its kernel threads'.
+        let (finished_tx, finished) = std::sync::mpsc::channel::<(usize, Res<Block<T>>, u64)>();
         let mut cap = Some(cap);
         let (mut ls, mut rs) = (Stash::<T>::default(), Stash::<T>::default());
         let (mut lr, mut rr) = (Received::<T>::default(), Received::<T>::default());
@@ -184,8 +187,9 @@ pub(super) fn streamed_matmul<'s, T: Elem>(
             // Blocks the kernel threads finished.
             {
                 let mut session = output.session(c);
-                while let Ok((g, r)) = finished.try_recv() {
+                while let Ok((g, r, kernel_ns)) = finished.try_recv() {
                     in_flight -= 1;
+                    r1.borrow_mut().steps[i].busy_ns += kernel_ns;
                     match r {
                         Ok(b) => {
                             emitted += 1;
@@ -225,6 +229,7 @@ pub(super) fn streamed_matmul<'s, T: Elem>(
                         .collect();
                     let (p2, tx, wake) = (p1.clone(), finished_tx.clone(), wake.clone());
                     p1.kernels.spawn(move || {
+                        let began = Instant::now();
                         let step = &p2.prep.steps[i];
                         let node = step.name.as_str();
                         let IaOp::LocalAggregate { kernel: agg_kernel, .. } = &step.op else {
@@ -238,8 +243,9 @@ pub(super) fn streamed_matmul<'s, T: Elem>(
                             ops::matmul_group(p2.exec(), node, j, agg_kernel, jk, kind, &pairs, 1)
                         });
                         drop(blocks);
+                        let kernel_ns = began.elapsed().as_nanos() as u64;
                         // The operator may be gone (the job failed): nothing to tell then.
-                        let _ = tx.send((g, r));
+                        let _ = tx.send((g, r, kernel_ns));
                         let _ = wake.activate();
                     });
                 }

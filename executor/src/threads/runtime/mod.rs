@@ -104,7 +104,9 @@ pub struct NodeStats {
     pub op: &'static str,
     /// Wall time from the start of the node on all sites to its end on all sites.
     pub wall_ms: f64,
-    /// Time each site spent computing it.
+    /// Time each site spent computing it (for a matmul the cluster runtime
+    /// streamed, the worker's own time and its kernel threads' time on the
+    /// GEMMs).
     pub site_ms: Vec<f64>,
     /// Floats moved (shuffles and broadcasts).
     #[serde(skip_serializing_if = "Option::is_none")]
