@@ -632,13 +632,14 @@ pub fn write_cost_per_site(
     sites: usize,
 ) -> Vec<u64> {
     let n = key_bounds.len();
-    let block: u64 = array_bounds.iter().map(|&b| b as u64).product::<u64>().saturating_mul(bytes_per_float);
-    if n == 0 || n != array_bounds.len() {
+    let product = |bounds: &[usize]| bounds.iter().fold(1u64, |p, &b| p.saturating_mul(b as u64));
+    let block = product(array_bounds).saturating_mul(bytes_per_float);
+    if n == 0 || n != array_bounds.len() || layout.arity() != n {
         return written_per_site(layout, block, sites);
     }
-    let run = array_bounds[n - 1] as u64 * bytes_per_float;
+    let run = (array_bounds[n - 1] as u64).saturating_mul(bytes_per_float);
     let line = u64::from(key_bounds[n - 1]).saturating_mul(run);
-    let lines_per_block: u64 = array_bounds[..n - 1].iter().map(|&b| b as u64).product();
+    let lines_per_block = product(&array_bounds[..n - 1]);
     if run == 0 || line == 0 || lines_per_block == 0 {
         return vec![0; sites.max(1)];
     }
@@ -655,10 +656,14 @@ pub fn write_cost_per_site(
         let mut last_bin: Option<u64> = None;
         let mut per_line = 0u64;
         while i < cells.len() && cells[i].0 == row && cells[i].1 == site {
-            let start = u64::from(cells[i].2) * run;
-            let (first, end) = (start / bin, (start + run - 1) / bin);
-            for b in first.max(last_bin.map_or(0, |l| l + 1))..=end {
-                per_line += bin.min(line - b * bin);
+            let start = u64::from(cells[i].2).saturating_mul(run);
+            let (first, end) = (start / bin, start.saturating_add(run - 1) / bin);
+            // The bins not counted yet, first..=end: all whole but the
+            // line's last, which may be short.
+            let from = first.max(last_bin.map_or(0, |l| l + 1));
+            if from <= end {
+                let last = bin.min(line.saturating_sub(end.saturating_mul(bin)));
+                per_line = per_line.saturating_add((end - from).saturating_mul(bin)).saturating_add(last);
             }
             last_bin = Some(last_bin.map_or(end, |l| l.max(end)));
             i += 1;
