@@ -632,7 +632,8 @@ pub fn write_cost_per_site(
     sites: usize,
 ) -> Vec<u64> {
     let n = key_bounds.len();
-    let product = |bounds: &[usize]| bounds.iter().fold(1u64, |p, &b| p.saturating_mul(b as u64));
+    let product =
+        |bounds: &[usize]| crate::types::checked_product(bounds.iter().map(|&b| b as u64)).unwrap_or(u64::MAX);
     let block = product(array_bounds).saturating_mul(bytes_per_float);
     if n == 0 || n != array_bounds.len() || layout.arity() != n {
         return written_per_site(layout, block, sites);
@@ -804,5 +805,8 @@ mod tests {
         // Replicated tuples are written by site 0.
         let everywhere = layout(&grid, &|_| EVERYWHERE);
         assert_eq!(write_cost_per_site(&everywhere, &bounds, &blocks, 4, 2), vec![64 * block, 0]);
+        // Shapes past what a file can hold saturate instead of overflowing.
+        let huge = write_cost_per_site(&by_rows, &bounds, &[usize::MAX / 2, usize::MAX / 2], 8, 2);
+        assert_eq!(huge, vec![u64::MAX; 2]);
     }
 }
