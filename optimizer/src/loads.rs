@@ -165,17 +165,6 @@ pub type OpLoads = Vec<SiteLoad>;
 /// site).
 pub type Writes = IndexMap<String, Vec<u64>>;
 
-/// What a plan writes into its outputs' files: per output and site, the
-/// bytes (the blocks of its tuples), and what writing them costs in bytes of the
-/// file's pages ([`write_cost_per_site`]).
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct OutputWrites {
-    /// Bytes each site writes.
-    pub bytes: Writes,
-    /// Bytes of the pages each site writes into, each page whole.
-    pub cost: Writes,
-}
-
 /// A value's layout and the per-site loads of the operator that made it.
 #[derive(Debug)]
 pub(crate) struct Evaluated {
@@ -221,23 +210,17 @@ impl LoadCache {
     /// [`LoadCache::plan_loads`], and per output of the plan the bytes of
     /// blocks each site writes into the output's file: the blocks of its
     /// tuples there, a replicated tuple's on site 0 only (the cluster
-    /// runtime's worker 0 writes those); and what writing them costs each
-    /// site ([`write_cost_per_site`]).
+    /// runtime's worker 0 writes those).
     pub fn plan_loads_and_writes(
         &mut self,
         plan: &Plan,
         typed: &TypedPlan,
-    ) -> Result<(IndexMap<String, Arc<OpLoads>>, OutputWrites), LoadError> {
+    ) -> Result<(IndexMap<String, Arc<OpLoads>>, Writes), LoadError> {
         let (loads, shape) = self.evaluate(plan, typed)?;
-        let mut writes = OutputWrites::default();
+        let mut writes = IndexMap::new();
         for name in &plan.outputs {
             let (Some(key), Some(t)) = (shape.get(name.as_str()), typed.types.get(name)) else { continue };
-            let layout = &self.done[key].layout;
-            writes.bytes.insert(name.clone(), written_per_site(layout, self.tuple_bytes(t), self.sites));
-            writes.cost.insert(
-                name.clone(),
-                write_cost_per_site(layout, &t.rel.frontier, &t.rel.array_bounds, self.bytes_per_float, self.sites),
-            );
+            writes.insert(name.clone(), written_per_site(&self.done[key].layout, self.tuple_bytes(t), self.sites));
         }
         Ok((loads, writes))
     }
@@ -604,78 +587,6 @@ pub(crate) fn written_per_site(layout: &Layout, tuple_bytes: u64, sites: usize) 
     per_site
 }
 
-/// The size of a page of the file cache (x86-64 Linux), in bytes.
-pub const PAGE_BYTES: u64 = 4096;
-
-/// What writing an output laid out as `layout` costs each site, in bytes:
-/// the bytes of the file's pages it writes into, each page counted whole.
-///
-/// The cluster runtime writes an output whose key arity equals its block
-/// rank dense (numpy's layout, `tra run`'s default), and a dense block is one
-/// run per line of its last dimension (256 `f32` columns: 1 KiB). A page
-/// that two sites write into is faulted in and copied into by both, so a
-/// site whose blocks are every other column of a 4096-wide matrix pays for
-/// every page of its rows, twice its bytes: measured on 2 processes over
-/// loopback, a 4096² `f32` output made by columns took 185 ms against 146
-/// by rows, and 119 against 112 in the relation layout (medians of 5). Per
-/// site and per line, each page (or the whole line, when a line is shorter
-/// than a page: lines share pages then) that holds any of its runs counts
-/// whole; the first line of a block stands for all its lines, pages
-/// counted from the line's start (the `.npy` header's offset is left out).
-/// The relation layout (every other output) writes whole blocks in a row:
-/// its bytes.
-pub fn write_cost_per_site(
-    layout: &Layout,
-    key_bounds: &[u32],
-    array_bounds: &[usize],
-    bytes_per_float: u64,
-    sites: usize,
-) -> Vec<u64> {
-    let n = key_bounds.len();
-    let product =
-        |bounds: &[usize]| crate::types::checked_product(bounds.iter().map(|&b| b as u64)).unwrap_or(u64::MAX);
-    let block = product(array_bounds).saturating_mul(bytes_per_float);
-    if n == 0 || n != array_bounds.len() || layout.arity() != n {
-        return written_per_site(layout, block, sites);
-    }
-    let run = (array_bounds[n - 1] as u64).saturating_mul(bytes_per_float);
-    let line = u64::from(key_bounds[n - 1]).saturating_mul(run);
-    let lines_per_block = product(&array_bounds[..n - 1]);
-    if run == 0 || line == 0 || lines_per_block == 0 {
-        return vec![0; sites.max(1)];
-    }
-    let bin = line.min(PAGE_BYTES);
-    // Per block row (the key without its last dim) and site, the columns
-    // of its blocks there.
-    let mut cells: Vec<(&[u32], u32, u32)> =
-        layout.iter().map(|(k, site)| (&k[..n - 1], if site == EVERYWHERE { 0 } else { site }, k[n - 1])).collect();
-    cells.sort_unstable();
-    let mut cost = vec![0u64; sites.max(1)];
-    let mut i = 0;
-    while i < cells.len() {
-        let (row, site, _) = cells[i];
-        let mut last_bin: Option<u64> = None;
-        let mut per_line = 0u64;
-        while i < cells.len() && cells[i].0 == row && cells[i].1 == site {
-            let start = u64::from(cells[i].2).saturating_mul(run);
-            let (first, end) = (start / bin, start.saturating_add(run - 1) / bin);
-            // The bins not counted yet, first..=end: all whole but the
-            // line's last, which may be short.
-            let from = first.max(last_bin.map_or(0, |l| l + 1));
-            if from <= end {
-                let last = bin.min(line.saturating_sub(end.saturating_mul(bin)));
-                per_line = per_line.saturating_add((end - from).saturating_mul(bin)).saturating_add(last);
-            }
-            last_bin = Some(last_bin.map_or(end, |l| l.max(end)));
-            i += 1;
-        }
-        if let Some(c) = cost.get_mut(site as usize) {
-            *c = c.saturating_add(per_line.saturating_mul(lines_per_block));
-        }
-    }
-    cost
-}
-
 /// A whole plan's per-site loads with the bytes each site writes into the
 /// outputs' files added ([`SiteLoad::output_bytes`]).
 pub fn with_writes(mut totals: Vec<SiteLoad>, writes: &Writes) -> Vec<SiteLoad> {
@@ -762,51 +673,5 @@ mod tests {
         let l = loads_of(&plan("matMul").replace("\"matMul\"", "\"matAdd\""), 2);
         assert_eq!(l["S"][site].memory_bytes, 3 * 3 * block);
         assert_eq!(l["S"][1 - site], SiteLoad::default());
-    }
-
-    /// A dense output's writers pay for whole pages: blocks of every other
-    /// column (1 KiB runs, four to a page) cost each site every page of its
-    /// rows, twice its bytes; whole block rows cost their bytes; so do lines
-    /// shorter than a page, the relation layout, and a replicated output
-    /// (on site 0).
-    #[test]
-    fn a_dense_output_costs_its_writers_the_pages_they_share() {
-        use super::{write_cost_per_site, written_per_site, Layout, EVERYWHERE, PAGE_BYTES};
-        let layout = |keys: &[[u32; 2]], site: &dyn Fn([u32; 2]) -> u32| {
-            let mut l = Layout::with_capacity(2, keys.len());
-            for k in keys {
-                l.push(*k, site(*k));
-            }
-            l
-        };
-        let grid: Vec<[u32; 2]> = (0..4).flat_map(|i| (0..16).map(move |j| [i, j])).collect();
-        let (bounds, blocks) = ([4u32, 16], [256usize, 256]);
-        let block = 256 * 256 * 4;
-        // By columns: each site 32 blocks (8 MiB), and every page of the 1024 lines.
-        let by_columns = layout(&grid, &|k| k[1] % 2);
-        assert_eq!(written_per_site(&by_columns, block, 2), vec![32 * block; 2]);
-        assert_eq!(write_cost_per_site(&by_columns, &bounds, &blocks, 4, 2), vec![1024 * 4 * PAGE_BYTES; 2]);
-        // Half the columns each, side by side: pages shared only where the halves meet (none: 8 KiB each).
-        let halves = layout(&grid, &|k| u32::from(k[1] >= 8));
-        assert_eq!(write_cost_per_site(&halves, &bounds, &blocks, 4, 2), vec![32 * block; 2]);
-        // By rows: the bytes.
-        let by_rows = layout(&grid, &|k| k[0] % 2);
-        assert_eq!(write_cost_per_site(&by_rows, &bounds, &blocks, 4, 2), written_per_site(&by_rows, block, 2));
-        // Three columns of 100 floats (a 1200-byte line, under a page): the bytes of the lines written.
-        let narrow: Vec<[u32; 2]> = (0..4).flat_map(|i| (0..3).map(move |j| [i, j])).collect();
-        let by_columns = layout(&narrow, &|k| k[1] % 2);
-        assert_eq!(write_cost_per_site(&by_columns, &[4, 3], &[10, 100], 4, 2), vec![4 * 10 * 1200; 2]);
-        // The relation layout (key arity other than the block rank): the bytes.
-        let mut rel = Layout::with_capacity(2, 4);
-        for j in 0..4u32 {
-            rel.push([0, j], j % 2);
-        }
-        assert_eq!(write_cost_per_site(&rel, &[1, 4], &[256], 4, 2), written_per_site(&rel, 1024, 2));
-        // Replicated tuples are written by site 0.
-        let everywhere = layout(&grid, &|_| EVERYWHERE);
-        assert_eq!(write_cost_per_site(&everywhere, &bounds, &blocks, 4, 2), vec![64 * block, 0]);
-        // Shapes past what a file can hold saturate instead of overflowing.
-        let huge = write_cost_per_site(&by_rows, &bounds, &[usize::MAX / 2, usize::MAX / 2], 8, 2);
-        assert_eq!(huge, vec![u64::MAX; 2]);
     }
 }

@@ -791,7 +791,7 @@ impl Scorer {
     fn loads(
         &mut self,
         plan: &Plan,
-    ) -> Result<(IndexMap<String, std::sync::Arc<crate::loads::OpLoads>>, crate::loads::OutputWrites), String> {
+    ) -> Result<(IndexMap<String, std::sync::Arc<crate::loads::OpLoads>>, crate::loads::Writes), String> {
         let typed =
             crate::check::check_plan(plan, self.sites).map_err(|e| format!("an extracted plan does not check: {e}"))?;
         self.cache.plan_loads_and_writes(plan, &typed).map_err(|e| e.to_string())
@@ -801,8 +801,8 @@ impl Scorer {
     /// the whole plan (the bytes it writes into the outputs' files included).
     pub fn score(&mut self, plan: &Plan) -> Result<(f64, Option<Bottleneck>, Vec<SiteLoad>), String> {
         let (loads, writes) = self.loads(plan)?;
-        let (seconds, bottleneck) = plan_seconds(plan, &loads, &writes.cost, &self.profile);
-        Ok((seconds, bottleneck, with_writes(total_per_site(&loads, self.sites), &writes.bytes)))
+        let (seconds, bottleneck) = plan_seconds(plan, &loads, &writes, &self.profile);
+        Ok((seconds, bottleneck, with_writes(total_per_site(&loads, self.sites), &writes)))
     }
 }
 

@@ -48,7 +48,7 @@ use crate::cost::{node_cost, Cost, Weights};
 use crate::egraph::nodes::{ia_op, leaf};
 use crate::egraph::{Ia, TraEGraph};
 use crate::extract::{Choice, NodeCosts};
-use crate::loads::{makes_products, write_cost_per_site, Evaluated, Layout, LoadCache, OpLoads};
+use crate::loads::{makes_products, written_per_site, Evaluated, Layout, LoadCache, OpLoads};
 use crate::program::IaOp;
 use crate::time::{stage_seconds, Profile};
 use crate::types::PhysType;
@@ -218,16 +218,8 @@ pub fn stage_costs<'a>(eg: &'a TraEGraph, profile: &Profile, outputs: &[Id]) -> 
         else {
             return 0.0;
         };
-        let busiest = write_cost_per_site(
-            layout,
-            &t.rel.frontier,
-            &t.rel.array_bounds,
-            profile.bytes_per_float,
-            eg.analysis.sites,
-        )
-        .into_iter()
-        .max()
-        .unwrap_or(0);
+        let bytes = t.rel.block_floats().saturating_mul(profile.bytes_per_float);
+        let busiest = written_per_site(layout, bytes, eg.analysis.sites).into_iter().max().unwrap_or(0);
         busiest as f64 / rate
     };
     let mut in_turn = Vec::new();

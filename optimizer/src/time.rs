@@ -111,9 +111,12 @@
 //! checksums them, while the dataflow runs. With
 //! [`Profile::output_bytes_per_second`], per site, the bytes it writes over
 //! that rate are processor time (the copy into the file's pages is done by
-//! its cores); a dense output's bytes are counted by the pages a site writes
-//! into, each whole ([`crate::loads::write_cost_per_site`]: a page two sites
-//! share is faulted in and filled by both). An output that a streamed pipeline makes is written as its
+//! its cores). A dense output is priced by its bytes too, however the sites'
+//! blocks share the file's pages: written by block columns (each 4 KiB page
+//! shared by two sites) a 4096² output took as long as by block rows, and
+//! each site's writing as much processor time (`bench/cluster/dense_writes.py`;
+//! a site maps a page another one faulted in, it does not fill it again).
+//! An output that a streamed pipeline makes is written as its
 //! blocks are made: the writing is more work for the pipeline's processors
 //! (beside its GEMMs and the moving of its exchanges' bytes), overlapping its
 //! link time. Any other output is written after the operator that makes it,

@@ -184,7 +184,7 @@ fn check(tag: &str, p: &Program, seed: u64) -> usize {
                 t.output_bytes += w;
             }
             assert_eq!(
-                writes.bytes.get(name),
+                writes.get(name),
                 Some(&wrote),
                 "{tag}, {}, {sites} sites, output {name}: predicted (left) vs measured bytes written per site\n{}",
                 alt.label,
@@ -410,7 +410,7 @@ fn stage_costs_and_the_exact_scorer_agree() {
                 };
                 let again = choose_among(&eg, &with_writes, &same);
                 let (_, writes) = LoadCache::new(sites, BYTES_PER_FLOAT).plan_loads_and_writes(&plan, &typed).unwrap();
-                let busiest: f64 = writes.cost.values().map(|w| *w.iter().max().unwrap() as f64 / WRITE_RATE).sum();
+                let busiest: f64 = writes.values().map(|w| *w.iter().max().unwrap() as f64 / WRITE_RATE).sum();
                 let charged: f64 =
                     roots.values().map(|r| again.cost_of(*r).unwrap().total).sum::<f64>() - extracted_seconds;
                 assert!(busiest > 0.0, "{only:?}: the plan writes its output\n{}", plan.to_sexpr());

@@ -156,7 +156,7 @@ pub fn document(config: &ServerConfig) -> Value {
                 "exchange_cpu_bytes_per_second": {"type": "number",
                     "description": "Bytes a site exchanges (sent and received alike) per second of its processors' time; optional (absent: exchanges cost no processor time). A streamed matmul's GEMMs share the processors with its exchanges"},
                 "output_bytes_per_second": {"type": "number",
-                    "description": "Bytes per second a site writes of a plan output into the output's file (`tra run --output` on processes or hosts); optional (absent: writing outputs costs nothing, as when they are returned in memory). Writing is processor time of the site: within the streamed matmul that makes the output, else a stage after the operator that makes it. A dense output (key arity equal to block rank) is priced by the 4 KiB pages each site writes into, each whole"}
+                    "description": "Bytes per second a site writes of a plan output into the output's file (`tra run --output` on processes or hosts); optional (absent: writing outputs costs nothing, as when they are returned in memory). Writing is processor time of the site: within the streamed matmul that makes the output, else a stage after the operator that makes it"}
             },
             "additionalProperties": false
         },

@@ -119,7 +119,7 @@ pub struct PhysType {
     pub tuples: u64,
 }
 
-pub(crate) fn checked_product(xs: impl IntoIterator<Item = u64>) -> Option<u64> {
+fn checked_product(xs: impl IntoIterator<Item = u64>) -> Option<u64> {
     xs.into_iter().try_fold(1u64, |a, x| a.checked_mul(x))
 }
 
