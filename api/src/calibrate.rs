@@ -70,6 +70,16 @@
 //!   of ready operands adds about 0.1 ms; taking a single small shuffle's
 //!   time as the latency charged those 8 ms per level of exchange.
 //!
+//! - **Shared processors**: when every job process ran on one machine (the
+//!   same boot id), the machine's processors and each process's kernel
+//!   threads (`machine_processors`, `site_threads`). The rates above are
+//!   those of every site computing at once; where the sites' threads
+//!   outnumber the processors (hosts of one machine, each process with all
+//!   its cores: three on two processors in the emulated network), a site
+//!   computing alone ran a local matmul 2.7 times as fast as that, and the
+//!   model then shortens the processor time of stages where fewer compute
+//!   (`Profile::processor_speedup`).
+//!
 //! **A busy machine is reported.** Each measurement keeps the best of its
 //! repetitions, which filters out a moment's disturbance but not another
 //! program that keeps the processors busy throughout. Each job process reads
@@ -187,6 +197,19 @@ impl Watch {
         }
     }
 
+    /// The processors of the one machine all `processes` job processes ran
+    /// on (those a process could use, in a container on a larger host),
+    /// if they all ran on one.
+    fn one_machine(&self, processes: usize) -> Option<usize> {
+        match self.machines.values().collect::<Vec<_>>()[..] {
+            [(t, _)] if t.processes.len() == processes => {
+                let usable = if t.usable == usize::MAX || t.usable == 0 { t.processors } else { t.usable };
+                (usable > 0).then_some(usable)
+            }
+            _ => None,
+        }
+    }
+
     /// The warnings about every machine that others kept busy.
     fn warnings(&self) -> Vec<String> {
         let here = machine_id();
@@ -295,6 +318,8 @@ struct Runner<'a> {
     gemm: String,
     /// The machines' processor time over the jobs.
     watch: Watch,
+    /// The kernel threads of each job process (the last job's).
+    threads: usize,
 }
 
 impl Runner<'_> {
@@ -390,6 +415,7 @@ impl Runner<'_> {
         }
         .map_err(|e| format!("calibration run failed: {e}"))?;
         self.gemm.clone_from(&r.gemm);
+        self.threads = r.threads;
         let hosts: Vec<String> = match self.target {
             Target::Local { .. } => Vec::new(),
             Target::Hosts { hosts, .. } => hosts.iter().map(|h| h.control.clone()).collect(),
@@ -442,6 +468,7 @@ pub fn calibrate(args: &CalibrateArgs) -> Result<Calibration, String> {
         files: Files { dir, made: Vec::new(), remove_dir },
         gemm: String::new(),
         watch: Watch::default(),
+        threads: 0,
     };
 
     // GEMM: ~2.5 GFLOP per site, as the plans' matrix products run: a
@@ -615,6 +642,13 @@ pub fn calibrate(args: &CalibrateArgs) -> Result<Calibration, String> {
     // last block's round trip) when it is more than a small one's.
     let latency = exchange_latency.max(intercept);
 
+    // Sites sharing one machine's processors: where fewer compute, each gets
+    // more of it (`Profile::processor_speedup`).
+    let shared = runner.watch.one_machine(target.processes()).and_then(|c| {
+        let c = u32::try_from(c).ok()?;
+        let k = u32::try_from(runner.threads).ok().filter(|&k| k > 0)?;
+        Some((c, k))
+    });
     let defaults = Profile::default();
     let profile = Profile {
         link_bytes_per_second: if link > 0.0 { link } else { defaults.link_bytes_per_second },
@@ -625,6 +659,8 @@ pub fn calibrate(args: &CalibrateArgs) -> Result<Calibration, String> {
         bytes_per_float: 4,
         exchange_cpu_bytes_per_second: exchange_cpu,
         output_bytes_per_second: (output_write > 0.0 && output_write.is_finite()).then_some(output_write),
+        machine_processors: shared.map(|(c, _)| c),
+        site_threads: shared.map(|(_, k)| k),
     };
     Ok(Calibration {
         profile,
@@ -679,6 +715,30 @@ mod tests {
         // A container allowed 1 of the host's 2 processors: the others' time
         // may be on the other one.
         assert!(busy_warnings(&at(19.0, 3.0, 1), "x").is_empty());
+    }
+
+    /// Job processes that all ran on one machine share its processors (the
+    /// profile's `machine_processors`); on several machines, none does.
+    #[test]
+    fn processes_of_one_machine_are_told_from_processes_of_several() {
+        let three = ["a".to_string(), "b".to_string(), "c".to_string()];
+        let mut one = Watch::default();
+        one.add(
+            &[load("m1", 1.0, 1.9, 0.0, 0.9, 2), load("m1", 1.0, 1.9, 0.0, 0.9, 2), load("m1", 1.0, 1.9, 0.0, 0.9, 2)],
+            &three,
+        );
+        assert_eq!(one.one_machine(3), Some(2));
+        // A container allowed 1 of the machine's 2 processors.
+        let mut boxed = Watch::default();
+        boxed.add(&[load("m1", 1.0, 1.0, 0.0, 0.9, 1), load("m1", 1.0, 1.0, 0.0, 0.9, 1)], &three[..2]);
+        assert_eq!(boxed.one_machine(2), Some(1));
+        // One machine per process, or a process that did not say.
+        let mut two = Watch::default();
+        two.add(&[load("m1", 1.0, 1.9, 0.0, 0.9, 2), load("m2", 1.0, 1.9, 0.0, 0.9, 2)], &three[..2]);
+        assert_eq!(two.one_machine(2), None);
+        let mut unknown = Watch::default();
+        unknown.add(&[load("m1", 1.0, 1.9, 0.0, 0.9, 2), None], &three[..2]);
+        assert_eq!(unknown.one_machine(2), None);
     }
 
     #[test]

@@ -177,6 +177,11 @@ fn calibrate_prints_a_profile_that_optimize_takes() {
         assert!(profile[f].as_f64().unwrap_or(0.0) > 0.0, "{f}: {out}");
     }
     assert_eq!(profile["bytes_per_float"], 4);
+    // Both processes on this machine, sharing its processors, each with its
+    // share of them as kernel threads (as `tra run --processes 2` gives).
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
+    assert_eq!(profile["machine_processors"], cores, "{out}");
+    assert_eq!(profile["site_threads"], (cores / 2).max(1), "{out}");
     // The GEMM the rate was measured with.
     assert!(err.contains("GEMM: openblas") || err.contains("GEMM: builtin"), "{err}");
     let path = std::env::temp_dir().join(format!("tra-profile-{}.json", std::process::id()));

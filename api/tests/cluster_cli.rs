@@ -658,6 +658,10 @@ fn a_local_cluster_comes_up_runs_jobs_and_http_executions_and_goes_down() {
     assert!(cal.status.success(), "{}", String::from_utf8_lossy(&cal.stderr));
     let profile: tra_optimizer::time::Profile = serde_json::from_slice(&cal.stdout).unwrap();
     assert!(profile.check().is_ok(), "{profile:?}");
+    // The workers are all on this machine: they share its processors.
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
+    assert_eq!(profile.machine_processors, Some(cores as u32), "{profile:?}");
+    assert!(profile.site_threads.is_some_and(|k| k >= 1), "{profile:?}");
     let left: Vec<String> = tree(&cdir).into_iter().map(|(n, _)| n).filter(|n| n.contains("tra-calibrate")).collect();
     assert!(left.is_empty(), "calibration files left beside the host file: {left:?}");
     // Beside two threads of this test spinning throughout, it warns that the

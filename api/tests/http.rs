@@ -629,6 +629,15 @@ async fn a_slow_network_profile_changes_the_prediction_and_a_bad_one_is_named() 
     let r = post(addr, "/v1/optimize", &bad).await;
     assert_eq!(r.status, 422, "{}", r.json());
     assert_eq!(r.json()["error"]["at"], "cluster.profile.output_bytes_per_second");
+    // A shared machine needs a processor and a thread per site.
+    bad["cluster"]["profile"] = json!({"machine_processors": 0, "site_threads": 1});
+    let r = post(addr, "/v1/optimize", &bad).await;
+    assert_eq!(r.status, 422, "{}", r.json());
+    assert_eq!(r.json()["error"]["at"], "cluster.profile.machine_processors");
+    bad["cluster"]["profile"] = json!({"machine_processors": 2, "site_threads": -1});
+    let r = post(addr, "/v1/optimize", &bad).await;
+    assert_eq!(r.status, 422, "{}", r.json());
+    assert_eq!(r.json()["error"]["at"], "cluster.profile.site_threads");
     let mut writing = skewed(Some("time"));
     writing["cluster"]["profile"] = json!({"output_bytes_per_second": 1e3});
     let w = post(addr, "/v1/optimize", &writing).await.json();

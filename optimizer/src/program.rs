@@ -445,10 +445,7 @@ impl Program {
         let outputs = parse_outputs(top_field(obj, "outputs")?)?;
         let cluster = match obj.get("cluster") {
             None | Some(serde_json::Value::Null) => None,
-            Some(c) => Some(
-                serde_json::from_value(c.clone())
-                    .map_err(|e| ProgramError::new(ErrorCode::BadField, "cluster", format!("cluster: {e}")))?,
-            ),
+            Some(c) => Some(serde_json::from_value(c.clone()).map_err(|e| cluster_error(c, e))?),
         };
         Ok(Program { inputs, nodes, outputs, cluster })
     }
@@ -462,6 +459,22 @@ impl Program {
     pub fn to_sexpr(&self) -> String {
         sexpr::render(&self.nodes, &self.outputs, sexpr::tra_head)
     }
+}
+
+/// Where a `cluster` that does not parse is wrong: the profile field at
+/// fault when it is one (serde names the value, not the field, of a number
+/// out of its type's range: `-1` for a count of threads), else `cluster`.
+fn cluster_error(cluster: &serde_json::Value, e: serde_json::Error) -> ProgramError {
+    if let Some(profile) = cluster.get("profile").and_then(serde_json::Value::as_object) {
+        for (field, value) in profile {
+            let alone = serde_json::Value::Object([(field.clone(), value.clone())].into_iter().collect());
+            if let Err(e) = serde_json::from_value::<crate::time::Profile>(alone) {
+                let at = format!("cluster.profile.{field}");
+                return ProgramError::new(ErrorCode::BadField, at.clone(), format!("{at}: {e}"));
+            }
+        }
+    }
+    ProgramError::new(ErrorCode::BadField, "cluster", format!("cluster: {e}"))
 }
 
 impl Plan {

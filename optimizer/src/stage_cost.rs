@@ -219,8 +219,9 @@ pub fn stage_costs<'a>(eg: &'a TraEGraph, profile: &Profile, outputs: &[Id]) -> 
             return 0.0;
         };
         let bytes = t.rel.block_floats().saturating_mul(profile.bytes_per_float);
-        let busiest = written_per_site(layout, bytes, eg.analysis.sites).into_iter().max().unwrap_or(0);
-        busiest as f64 / rate
+        let per_site = written_per_site(layout, bytes, eg.analysis.sites);
+        let speedup = profile.processor_speedup(per_site.iter().filter(|&&b| b > 0).count(), per_site.len());
+        per_site.into_iter().max().unwrap_or(0) as f64 / rate / speedup
     };
     let mut in_turn = Vec::new();
     let mut exchanges = Vec::new();

@@ -126,6 +126,15 @@
 //! without it under-predicted at 0.65–0.91×. Without the rate, writes cost
 //! nothing (as outputs returned in memory do, `POST /v1/execute`).
 //!
+//! **Sites sharing a machine.** The profile's rates are those of every site
+//! computing at once. With [`Profile::machine_processors`] and
+//! [`Profile::site_threads`] (every site on one machine), a stage in which
+//! fewer sites have processor work gives each of them more of the machine
+//! where the sites' threads outnumber its processors
+//! ([`Profile::processor_speedup`]): three processes of two kernel threads
+//! on two processors computed a local matmul on one site in 0.059 s, which
+//! the rate of all three at once put at 0.131 s.
+//!
 //! The **bottleneck** of a plan is the stage that takes longest, with its
 //! busiest site and the resource (`compute`, `memory`, `link_in`,
 //! `link_out`, `write`) that bounds that site.
@@ -218,6 +227,17 @@ pub struct Profile {
     /// `POST /v1/execute`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output_bytes_per_second: Option<f64>,
+    /// The processors of the one machine every site runs on, when they share
+    /// one (`tra calibrate` of processes, or of hosts that are all on one
+    /// machine). With [`Profile::site_threads`]: the calibrated rates are
+    /// those of every site computing at once; where fewer compute, each gets
+    /// more of the machine ([`Profile::processor_speedup`]). Optional.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub machine_processors: Option<u32>,
+    /// Kernel threads of each site (`tra calibrate`: those of its job
+    /// processes). Optional; used with [`Profile::machine_processors`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub site_threads: Option<u32>,
 }
 
 fn default_link() -> f64 {
@@ -247,6 +267,8 @@ impl Default for Profile {
             bytes_per_float: default_bytes_per_float(),
             exchange_cpu_bytes_per_second: None,
             output_bytes_per_second: None,
+            machine_processors: None,
+            site_threads: None,
         }
     }
 }
@@ -284,6 +306,11 @@ impl Profile {
                 ));
             }
         }
+        for (name, v) in [("machine_processors", self.machine_processors), ("site_threads", self.site_threads)] {
+            if v == Some(0) {
+                return Err((name, format!("profile.{name} must be at least 1, got 0")));
+            }
+        }
         if !(1..=16).contains(&self.bytes_per_float) {
             return Err((
                 "bytes_per_float",
@@ -291,6 +318,26 @@ impl Profile {
             ));
         }
         Ok(())
+    }
+
+    /// How many times the calibrated rates a site's processors work at in a
+    /// stage where `computing` of the `sites` have processor work, with
+    /// [`Profile::machine_processors`] `C` and [`Profile::site_threads`] `k`
+    /// (1 without them). The rates were measured with every site computing:
+    /// `min(k, C / sites)` processors each. Where `m` compute, each gets
+    /// `min(k, C / m)`. Only where the sites' threads outnumber the
+    /// machine's processors does this differ from 1: three processes of two
+    /// kernel threads on two processors (the emulated network's namespaces)
+    /// compute alone at three times the rate of all three at once; two
+    /// processes of one thread on two processors (`tra run --processes 2`)
+    /// never faster.
+    pub fn processor_speedup(&self, computing: usize, sites: usize) -> f64 {
+        let (Some(c), Some(k)) = (self.machine_processors, self.site_threads) else { return 1.0 };
+        if computing == 0 || sites == 0 {
+            return 1.0;
+        }
+        let share = |m: usize| f64::from(k).min(f64::from(c) / m as f64);
+        (share(computing.min(sites)) / share(sites)).max(1.0)
     }
 
     /// The processor time a site spends exchanging `load`'s bytes (half a
@@ -340,14 +387,19 @@ type StageTime = (f64, usize, Resource);
 /// The predicted time of one stage: seconds, busiest site, bounding resource.
 pub fn stage_seconds(exchange: bool, loads: &[SiteLoad], p: &Profile) -> (f64, usize, Resource) {
     let mut best = (0.0, 0, if exchange { Resource::LinkOut } else { Resource::Compute });
+    let speedup = p.processor_speedup(loads.iter().filter(|l| uses_processors(exchange, l)).count(), loads.len());
     for (site, l) in loads.iter().enumerate() {
         let candidates = if exchange {
             let b = busy(true, l, p);
-            [(b.link_out, Resource::LinkOut), (b.link_in, Resource::LinkIn), (b.processors, Resource::Compute)]
+            [
+                (b.link_out, Resource::LinkOut),
+                (b.link_in, Resource::LinkIn),
+                (b.processors / speedup, Resource::Compute),
+            ]
         } else {
             [
-                (l.flops as f64 / p.site_flops_per_second, Resource::Compute),
-                (l.memory_bytes as f64 / p.memory_bytes_per_second, Resource::Memory),
+                (l.flops as f64 / p.site_flops_per_second / speedup, Resource::Compute),
+                (l.memory_bytes as f64 / p.memory_bytes_per_second / speedup, Resource::Memory),
                 (0.0, Resource::Compute),
             ]
         };
@@ -482,14 +534,26 @@ fn pipeline_stage(
     let g = pipeline.output_blocks.div_ceil(computing).max(1) as f64;
     let mut best = (0.0, 0, Resource::Compute);
     let mut busy = Vec::with_capacity(sites);
+    // The sites whose processors work in the pipeline, and how much faster
+    // than the calibrated rates they do where a machine is shared.
+    let working = (0..sites)
+        .filter(|&s| {
+            uses_processors(false, &local[s])
+                || uses_processors(true, &operands[s])
+                || uses_processors(true, &outputs[s])
+                || writing.get(s).is_some_and(|&w| w > 0.0)
+        })
+        .count();
+    let speedup = p.processor_speedup(working, sites);
     for site in 0..sites {
         let (o, l, x) = (operands[site], local[site], outputs[site]);
-        let (cpu_a, cpu_c) = (p.exchange_cpu_seconds(&o), p.exchange_cpu_seconds(&x));
+        let (cpu_a, cpu_c) = (p.exchange_cpu_seconds(&o) / speedup, p.exchange_cpu_seconds(&x) / speedup);
         let a = link(o.bytes_in).max(link(o.bytes_out)).max(cpu_a);
         let (gemms, _, compute) = stage_seconds(false, &[l], p);
+        let gemms = gemms / speedup;
         // Writing the pipeline's outputs as their blocks are made: more
         // work for the site's processors.
-        let w = writing.get(site).copied().unwrap_or(0.0);
+        let w = writing.get(site).copied().unwrap_or(0.0) / speedup;
         let b = gemms + w;
         let c = link(x.bytes_in).max(link(x.bytes_out)).max(cpu_c);
         // The site's processors run the GEMMs and move the exchanges' bytes.
@@ -574,6 +638,29 @@ fn busy(exchange: bool, l: &SiteLoad, p: &Profile) -> Busy {
     }
 }
 
+/// Whether a site's load in an exchange stage (`exchange`) or a local one
+/// takes its processors at all (see [`Profile::processor_speedup`]).
+fn uses_processors(exchange: bool, l: &SiteLoad) -> bool {
+    if exchange {
+        l.bytes_in > 0 || l.bytes_out > 0
+    } else {
+        l.flops > 0 || l.memory_bytes > 0
+    }
+}
+
+/// Every site's [`Busy`] in one stage, its processors' time shortened where
+/// fewer sites of a shared machine compute ([`Profile::processor_speedup`]).
+fn busy_of_stage(exchange: bool, loads: &[SiteLoad], p: &Profile) -> Vec<Busy> {
+    let speedup = p.processor_speedup(loads.iter().filter(|l| uses_processors(exchange, l)).count(), loads.len());
+    loads
+        .iter()
+        .map(|l| {
+            let b = busy(exchange, l, p);
+            Busy { processors: b.processors / speedup, ..b }
+        })
+        .collect()
+}
+
 /// A stage of a plan: its name, its predicted time, every site's [`Busy`],
 /// and the plan operators it holds.
 struct Stage<'a> {
@@ -609,7 +696,7 @@ pub fn plan_seconds(
         .flat_map(|pl| pl.operand_exchanges.iter().chain(&pl.output_exchanges).chain([&pl.join, &pl.aggregate]))
         .map(String::as_str)
         .collect();
-    let per_site = |exchange: bool, l: &OpLoads| l.iter().map(|x| busy(exchange, x, p)).collect::<Vec<_>>();
+    let per_site = |exchange: bool, l: &OpLoads| busy_of_stage(exchange, l, p);
     let mut stages: Vec<Stage> = Vec::new();
     // Exchanges of the plan's inputs (outside pipelines): one stage together.
     let mut of_inputs: Vec<(&String, &OpLoads)> = Vec::new();
@@ -664,7 +751,9 @@ pub fn plan_seconds(
                 w.iter_mut().zip(seconds).for_each(|(t, s)| *t += s);
                 continue;
             }
-            let busy: Vec<Busy> = seconds.map(|t| Busy { processors: t, ..Busy::default() }).collect();
+            let writers = per_site.iter().filter(|&&b| b > 0).count();
+            let speedup = p.processor_speedup(writers, per_site.len());
+            let busy: Vec<Busy> = seconds.map(|t| Busy { processors: t / speedup, ..Busy::default() }).collect();
             let (site, longest) =
                 busy.iter()
                     .enumerate()
@@ -811,6 +900,8 @@ mod tests {
             bytes_per_float: 4,
             exchange_cpu_bytes_per_second: None,
             output_bytes_per_second: None,
+            machine_processors: None,
+            site_threads: None,
         };
         // An exchange: site 1 receives 300 bytes (3 s), site 0 sends 200 (2 s).
         let (t, site, r) = stage_seconds(true, &[load(200, 0, 0), load(0, 300, 0)], &p);
@@ -862,6 +953,8 @@ mod tests {
             bytes_per_float: 4,
             exchange_cpu_bytes_per_second: None,
             output_bytes_per_second: None,
+            machine_processors: None,
+            site_threads: None,
         }
     }
 
@@ -1121,6 +1214,40 @@ mod tests {
         assert_eq!(bad.check().unwrap_err().0, "exchange_cpu_bytes_per_second");
         let bad = Profile { output_bytes_per_second: Some(f64::NAN), ..Profile::default() };
         assert_eq!(bad.check().unwrap_err().0, "output_bytes_per_second");
+    }
+
+    #[test]
+    fn sites_sharing_a_machine_compute_faster_where_fewer_of_them_compute() {
+        let shared = |c: u32, k: u32| Profile { machine_processors: Some(c), site_threads: Some(k), ..profile(0.0) };
+        // Three sites of two kernel threads on two processors (the emulated
+        // network): each gets 2/3 of a processor when all compute, 1 when
+        // two do, 2 when one does.
+        let p = shared(2, 2);
+        assert_eq!(p.processor_speedup(3, 3), 1.0);
+        assert_eq!(p.processor_speedup(2, 3), 1.5);
+        assert_eq!(p.processor_speedup(1, 3), 3.0);
+        // Two sites of one thread on two processors, or of 8 on 16: a site
+        // computing alone gets no more than its threads.
+        for p in [shared(2, 1), shared(16, 8)] {
+            assert_eq!((p.processor_speedup(1, 2), p.processor_speedup(2, 2)), (1.0, 1.0));
+        }
+        // Without both fields, or with no site computing: the calibrated rates.
+        let half = Profile { machine_processors: Some(2), ..profile(0.0) };
+        assert_eq!(half.processor_speedup(1, 3), 1.0);
+        assert_eq!(p.processor_speedup(0, 3), 1.0);
+        // A local stage of 30 flops on one of three sites: 3 s at the
+        // calibrated rate, 1 s on the shared machine; on every site, 3 s.
+        let one = [local(30, 0), local(0, 0), local(0, 0)];
+        assert_eq!(stage_seconds(false, &one, &profile(0.0)).0, 3.0);
+        assert_eq!(stage_seconds(false, &one, &p).0, 1.0);
+        assert_eq!(stage_seconds(false, &[local(30, 0), local(30, 0), local(30, 0)], &p).0, 3.0);
+        // Links are not shared processors: an exchange from one site takes
+        // its link time whatever the machine.
+        let q = Profile { latency_seconds: 0.0, ..p };
+        assert_eq!(stage_seconds(true, &[load(300, 0, 0), load(0, 300, 0), load(0, 0, 0)], &q).0, 3.0);
+        // Refused: no processors, no threads.
+        assert_eq!(shared(0, 1).check().unwrap_err().0, "machine_processors");
+        assert_eq!(shared(2, 0).check().unwrap_err().0, "site_threads");
     }
 
     #[test]

@@ -238,6 +238,8 @@ fn overlap_is_bounded_by_its_stages(tag: &str, plan: &Plan, loads: &IndexMap<Str
         bytes_per_float: 4,
         exchange_cpu_bytes_per_second: None,
         output_bytes_per_second: None,
+        machine_processors: None,
+        site_threads: None,
     };
     let profiles = [
         base,
@@ -327,6 +329,8 @@ fn stage_costs_and_the_exact_scorer_agree() {
         bytes_per_float: 4,
         exchange_cpu_bytes_per_second: None,
         output_bytes_per_second: None,
+        machine_processors: None,
+        site_threads: None,
     };
     let programs = [
         // Thin matmul: partial sums of products are aggregated (memory-bound folds).

@@ -156,7 +156,11 @@ pub fn document(config: &ServerConfig) -> Value {
                 "exchange_cpu_bytes_per_second": {"type": "number",
                     "description": "Bytes a site exchanges (sent and received alike) per second of its processors' time; optional (absent: exchanges cost no processor time). A streamed matmul's GEMMs share the processors with its exchanges"},
                 "output_bytes_per_second": {"type": "number",
-                    "description": "Bytes per second a site writes of a plan output into the output's file (`tra run --output` on processes or hosts); optional (absent: writing outputs costs nothing, as when they are returned in memory). Writing is processor time of the site: within the streamed matmul that makes the output, else a stage after the operator that makes it"}
+                    "description": "Bytes per second a site writes of a plan output into the output's file (`tra run --output` on processes or hosts); optional (absent: writing outputs costs nothing, as when they are returned in memory). Writing is processor time of the site: within the streamed matmul that makes the output, else a stage after the operator that makes it"},
+                "machine_processors": {"type": "integer", "minimum": 1,
+                    "description": "The processors of the one machine every site runs on, when they share one; optional. With `site_threads`: the calibrated rates are those of every site computing at once, and in a stage where m of the n sites have processor work each works min(site_threads, machine_processors / m) / min(site_threads, machine_processors / n) times faster (1 unless the sites' threads outnumber the processors)"},
+                "site_threads": {"type": "integer", "minimum": 1,
+                    "description": "Kernel threads of each site; optional, used with `machine_processors`"}
             },
             "additionalProperties": false
         },
