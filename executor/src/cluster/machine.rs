@@ -186,7 +186,10 @@ impl MachineTotals {
         if capacity <= 0.0 || self.usable < self.processors {
             return None;
         }
-        Some((((self.busy - self.own) / capacity).max(0.0), (self.steal / capacity).max(0.0)))
+        // Shares, whatever the rounding: `/proc/stat` counts in ticks (10 ms),
+        // so over a short job on a machine others keep busy the busy time
+        // read can pass what the processors could give.
+        Some((((self.busy - self.own) / capacity).clamp(0.0, 1.0), (self.steal / capacity).clamp(0.0, 1.0)))
     }
 }
 
@@ -247,5 +250,7 @@ mod tests {
         // figures: cannot tell.
         assert_eq!(others_busy(&[load("m1", 1.5, 0.0, 0.6, 1)]), None);
         assert_eq!(others_busy(&[None, None]), None);
+        // Ticks read more busy time than 2 processors give in 1 s: all of it.
+        assert_eq!(others_busy(&[load("m1", 2.06, 0.0, 0.0, 2)]), Some(1.0));
     }
 }
