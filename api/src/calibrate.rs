@@ -72,7 +72,8 @@
 //!
 //! - **Shared processors**: when every job process ran on one machine (the
 //!   same boot id), the machine's processors and each process's kernel
-//!   threads (`machine_processors`, `site_threads`). The rates above are
+//!   threads (`machine_processors`, `site_threads`, and the processes,
+//!   `machine_sites`). The rates above are
 //!   those of every site computing at once; where the sites' threads
 //!   outnumber the processors (hosts of one machine, each process with all
 //!   its cores: three on two processors in the emulated network), a site
@@ -647,7 +648,7 @@ pub fn calibrate(args: &CalibrateArgs) -> Result<Calibration, String> {
     let shared = runner.watch.one_machine(target.processes()).and_then(|c| {
         let c = u32::try_from(c).ok()?;
         let k = u32::try_from(runner.threads).ok().filter(|&k| k > 0)?;
-        Some((c, k))
+        Some((c, k, u32::try_from(target.processes()).ok()?))
     });
     let defaults = Profile::default();
     let profile = Profile {
@@ -659,8 +660,9 @@ pub fn calibrate(args: &CalibrateArgs) -> Result<Calibration, String> {
         bytes_per_float: 4,
         exchange_cpu_bytes_per_second: exchange_cpu,
         output_bytes_per_second: (output_write > 0.0 && output_write.is_finite()).then_some(output_write),
-        machine_processors: shared.map(|(c, _)| c),
-        site_threads: shared.map(|(_, k)| k),
+        machine_processors: shared.map(|(c, _, _)| c),
+        site_threads: shared.map(|(_, k, _)| k),
+        machine_sites: shared.map(|(_, _, n)| n),
     };
     Ok(Calibration {
         profile,

@@ -182,6 +182,7 @@ fn calibrate_prints_a_profile_that_optimize_takes() {
     let cores = std::thread::available_parallelism().map_or(1, usize::from);
     assert_eq!(profile["machine_processors"], cores, "{out}");
     assert_eq!(profile["site_threads"], (cores / 2).max(1), "{out}");
+    assert_eq!(profile["machine_sites"], 2, "{out}");
     // The GEMM the rate was measured with.
     assert!(err.contains("GEMM: openblas") || err.contains("GEMM: builtin"), "{err}");
     let path = std::env::temp_dir().join(format!("tra-profile-{}.json", std::process::id()));

@@ -662,6 +662,7 @@ fn a_local_cluster_comes_up_runs_jobs_and_http_executions_and_goes_down() {
     let cores = std::thread::available_parallelism().map_or(1, usize::from);
     assert_eq!(profile.machine_processors, Some(cores as u32), "{profile:?}");
     assert!(profile.site_threads.is_some_and(|k| k >= 1), "{profile:?}");
+    assert!(profile.machine_sites.is_some_and(|n| n >= 2), "{profile:?}");
     let left: Vec<String> = tree(&cdir).into_iter().map(|(n, _)| n).filter(|n| n.contains("tra-calibrate")).collect();
     assert!(left.is_empty(), "calibration files left beside the host file: {left:?}");
     // Beside two threads of this test spinning throughout, it warns that the

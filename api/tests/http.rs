@@ -634,6 +634,10 @@ async fn a_slow_network_profile_changes_the_prediction_and_a_bad_one_is_named() 
     let r = post(addr, "/v1/optimize", &bad).await;
     assert_eq!(r.status, 422, "{}", r.json());
     assert_eq!(r.json()["error"]["at"], "cluster.profile.machine_processors");
+    bad["cluster"]["profile"] = json!({"machine_processors": 2, "site_threads": 1, "machine_sites": 0});
+    let r = post(addr, "/v1/optimize", &bad).await;
+    assert_eq!(r.status, 422, "{}", r.json());
+    assert_eq!(r.json()["error"]["at"], "cluster.profile.machine_sites");
     bad["cluster"]["profile"] = json!({"machine_processors": 2, "site_threads": -1});
     let r = post(addr, "/v1/optimize", &bad).await;
     assert_eq!(r.status, 422, "{}", r.json());

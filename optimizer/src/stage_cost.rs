@@ -220,7 +220,7 @@ pub fn stage_costs<'a>(eg: &'a TraEGraph, profile: &Profile, outputs: &[Id]) -> 
         };
         let bytes = t.rel.block_floats().saturating_mul(profile.bytes_per_float);
         let per_site = written_per_site(layout, bytes, eg.analysis.sites);
-        let speedup = profile.processor_speedup(per_site.iter().filter(|&&b| b > 0).count(), per_site.len());
+        let speedup = profile.processor_speedup(per_site.iter().filter(|&&b| b > 0).count());
         per_site.into_iter().max().unwrap_or(0) as f64 / rate / speedup
     };
     let mut in_turn = Vec::new();

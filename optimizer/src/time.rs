@@ -238,6 +238,11 @@ pub struct Profile {
     /// processes). Optional; used with [`Profile::machine_processors`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub site_threads: Option<u32>,
+    /// The sites on that machine when the rates were measured (`tra
+    /// calibrate`: its processes). Optional; used with
+    /// [`Profile::machine_processors`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub machine_sites: Option<u32>,
 }
 
 fn default_link() -> f64 {
@@ -269,6 +274,7 @@ impl Default for Profile {
             output_bytes_per_second: None,
             machine_processors: None,
             site_threads: None,
+            machine_sites: None,
         }
     }
 }
@@ -306,7 +312,11 @@ impl Profile {
                 ));
             }
         }
-        for (name, v) in [("machine_processors", self.machine_processors), ("site_threads", self.site_threads)] {
+        for (name, v) in [
+            ("machine_processors", self.machine_processors),
+            ("site_threads", self.site_threads),
+            ("machine_sites", self.machine_sites),
+        ] {
             if v == Some(0) {
                 return Err((name, format!("profile.{name} must be at least 1, got 0")));
             }
@@ -321,23 +331,27 @@ impl Profile {
     }
 
     /// How many times the calibrated rates a site's processors work at in a
-    /// stage where `computing` of the `sites` have processor work, with
-    /// [`Profile::machine_processors`] `C` and [`Profile::site_threads`] `k`
-    /// (1 without them). The rates were measured with every site computing:
-    /// `min(k, C / sites)` processors each. Where `m` compute, each gets
-    /// `min(k, C / m)`. Only where the sites' threads outnumber the
+    /// stage where `computing` sites have processor work, with
+    /// [`Profile::machine_processors`] `C`, [`Profile::site_threads`] `k`
+    /// and [`Profile::machine_sites`] `n` (1 without all three). The rates
+    /// were measured with the `n` sites computing at once, `min(k, C / n)`
+    /// processors each; where `m` compute, each gets `min(k, C / m)`. Never
+    /// less than 1 (a request for more sites than were measured gets the
+    /// measured rates). Only where the sites' threads outnumber the
     /// machine's processors does this differ from 1: three processes of two
     /// kernel threads on two processors (the emulated network's namespaces)
     /// compute alone at three times the rate of all three at once; two
     /// processes of one thread on two processors (`tra run --processes 2`)
     /// never faster.
-    pub fn processor_speedup(&self, computing: usize, sites: usize) -> f64 {
-        let (Some(c), Some(k)) = (self.machine_processors, self.site_threads) else { return 1.0 };
-        if computing == 0 || sites == 0 {
+    pub fn processor_speedup(&self, computing: usize) -> f64 {
+        let (Some(c), Some(k), Some(n)) = (self.machine_processors, self.site_threads, self.machine_sites) else {
+            return 1.0;
+        };
+        if computing == 0 {
             return 1.0;
         }
-        let share = |m: usize| f64::from(k).min(f64::from(c) / m as f64);
-        (share(computing.min(sites)) / share(sites)).max(1.0)
+        let share = |m: f64| f64::from(k).min(f64::from(c) / m);
+        (share(computing as f64) / share(f64::from(n))).max(1.0)
     }
 
     /// The processor time a site spends exchanging `load`'s bytes (half a
@@ -387,7 +401,7 @@ type StageTime = (f64, usize, Resource);
 /// The predicted time of one stage: seconds, busiest site, bounding resource.
 pub fn stage_seconds(exchange: bool, loads: &[SiteLoad], p: &Profile) -> (f64, usize, Resource) {
     let mut best = (0.0, 0, if exchange { Resource::LinkOut } else { Resource::Compute });
-    let speedup = p.processor_speedup(loads.iter().filter(|l| uses_processors(exchange, l)).count(), loads.len());
+    let speedup = p.processor_speedup(loads.iter().filter(|l| uses_processors(exchange, l)).count());
     for (site, l) in loads.iter().enumerate() {
         let candidates = if exchange {
             let b = busy(true, l, p);
@@ -544,13 +558,18 @@ fn pipeline_stage(
                 || writing.get(s).is_some_and(|&w| w > 0.0)
         })
         .count();
-    let speedup = p.processor_speedup(working, sites);
+    let speedup = p.processor_speedup(working);
     for site in 0..sites {
         let (o, l, x) = (operands[site], local[site], outputs[site]);
         let (cpu_a, cpu_c) = (p.exchange_cpu_seconds(&o) / speedup, p.exchange_cpu_seconds(&x) / speedup);
         let a = link(o.bytes_in).max(link(o.bytes_out)).max(cpu_a);
-        let (gemms, _, compute) = stage_seconds(false, &[l], p);
-        let gemms = gemms / speedup;
+        // The site's kernels at the calibrated rates (not `stage_seconds` of
+        // the site alone, which would take it for the only one computing).
+        let (gemms, compute) = {
+            let (flops, memory) =
+                (l.flops as f64 / p.site_flops_per_second, l.memory_bytes as f64 / p.memory_bytes_per_second);
+            (flops.max(memory) / speedup, if memory > flops { Resource::Memory } else { Resource::Compute })
+        };
         // Writing the pipeline's outputs as their blocks are made: more
         // work for the site's processors.
         let w = writing.get(site).copied().unwrap_or(0.0) / speedup;
@@ -651,7 +670,7 @@ fn uses_processors(exchange: bool, l: &SiteLoad) -> bool {
 /// Every site's [`Busy`] in one stage, its processors' time shortened where
 /// fewer sites of a shared machine compute ([`Profile::processor_speedup`]).
 fn busy_of_stage(exchange: bool, loads: &[SiteLoad], p: &Profile) -> Vec<Busy> {
-    let speedup = p.processor_speedup(loads.iter().filter(|l| uses_processors(exchange, l)).count(), loads.len());
+    let speedup = p.processor_speedup(loads.iter().filter(|l| uses_processors(exchange, l)).count());
     loads
         .iter()
         .map(|l| {
@@ -752,7 +771,7 @@ pub fn plan_seconds(
                 continue;
             }
             let writers = per_site.iter().filter(|&&b| b > 0).count();
-            let speedup = p.processor_speedup(writers, per_site.len());
+            let speedup = p.processor_speedup(writers);
             let busy: Vec<Busy> = seconds.map(|t| Busy { processors: t / speedup, ..Busy::default() }).collect();
             let (site, longest) =
                 busy.iter()
@@ -902,6 +921,7 @@ mod tests {
             output_bytes_per_second: None,
             machine_processors: None,
             site_threads: None,
+            machine_sites: None,
         };
         // An exchange: site 1 receives 300 bytes (3 s), site 0 sends 200 (2 s).
         let (t, site, r) = stage_seconds(true, &[load(200, 0, 0), load(0, 300, 0)], &p);
@@ -955,6 +975,7 @@ mod tests {
             output_bytes_per_second: None,
             machine_processors: None,
             site_threads: None,
+            machine_sites: None,
         }
     }
 
@@ -1218,23 +1239,30 @@ mod tests {
 
     #[test]
     fn sites_sharing_a_machine_compute_faster_where_fewer_of_them_compute() {
-        let shared = |c: u32, k: u32| Profile { machine_processors: Some(c), site_threads: Some(k), ..profile(0.0) };
+        let shared = |c: u32, k: u32, n: u32| Profile {
+            machine_processors: Some(c),
+            site_threads: Some(k),
+            machine_sites: Some(n),
+            ..profile(0.0)
+        };
         // Three sites of two kernel threads on two processors (the emulated
         // network): each gets 2/3 of a processor when all compute, 1 when
-        // two do, 2 when one does.
-        let p = shared(2, 2);
-        assert_eq!(p.processor_speedup(3, 3), 1.0);
-        assert_eq!(p.processor_speedup(2, 3), 1.5);
-        assert_eq!(p.processor_speedup(1, 3), 3.0);
+        // two do, 2 when one does; more sites than measured: the rates.
+        let p = shared(2, 2, 3);
+        assert_eq!(p.processor_speedup(3), 1.0);
+        assert_eq!(p.processor_speedup(2), 1.5);
+        assert_eq!(p.processor_speedup(1), 3.0);
+        assert_eq!(p.processor_speedup(10), 1.0);
         // Two sites of one thread on two processors, or of 8 on 16: a site
-        // computing alone gets no more than its threads.
-        for p in [shared(2, 1), shared(16, 8)] {
-            assert_eq!((p.processor_speedup(1, 2), p.processor_speedup(2, 2)), (1.0, 1.0));
+        // computing alone gets no more than its threads, whatever the
+        // request's sites.
+        for p in [shared(2, 1, 2), shared(16, 8, 2)] {
+            assert_eq!([1, 2, 10].map(|m| p.processor_speedup(m)), [1.0; 3]);
         }
-        // Without both fields, or with no site computing: the calibrated rates.
-        let half = Profile { machine_processors: Some(2), ..profile(0.0) };
-        assert_eq!(half.processor_speedup(1, 3), 1.0);
-        assert_eq!(p.processor_speedup(0, 3), 1.0);
+        // Without all three fields, or with no site computing: the calibrated rates.
+        let partial = Profile { machine_sites: None, ..p };
+        assert_eq!(partial.processor_speedup(1), 1.0);
+        assert_eq!(p.processor_speedup(0), 1.0);
         // A local stage of 30 flops on one of three sites: 3 s at the
         // calibrated rate, 1 s on the shared machine; on every site, 3 s.
         let one = [local(30, 0), local(0, 0), local(0, 0)];
@@ -1246,8 +1274,9 @@ mod tests {
         let q = Profile { latency_seconds: 0.0, ..p };
         assert_eq!(stage_seconds(true, &[load(300, 0, 0), load(0, 300, 0), load(0, 0, 0)], &q).0, 3.0);
         // Refused: no processors, no threads.
-        assert_eq!(shared(0, 1).check().unwrap_err().0, "machine_processors");
-        assert_eq!(shared(2, 0).check().unwrap_err().0, "site_threads");
+        assert_eq!(shared(0, 1, 1).check().unwrap_err().0, "machine_processors");
+        assert_eq!(shared(2, 0, 1).check().unwrap_err().0, "site_threads");
+        assert_eq!(shared(2, 1, 0).check().unwrap_err().0, "machine_sites");
     }
 
     #[test]

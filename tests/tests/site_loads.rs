@@ -240,6 +240,7 @@ fn overlap_is_bounded_by_its_stages(tag: &str, plan: &Plan, loads: &IndexMap<Str
         output_bytes_per_second: None,
         machine_processors: None,
         site_threads: None,
+        machine_sites: None,
     };
     let profiles = [
         base,
@@ -331,6 +332,7 @@ fn stage_costs_and_the_exact_scorer_agree() {
         output_bytes_per_second: None,
         machine_processors: None,
         site_threads: None,
+        machine_sites: None,
     };
     let programs = [
         // Thin matmul: partial sums of products are aggregated (memory-bound folds).

@@ -158,9 +158,11 @@ pub fn document(config: &ServerConfig) -> Value {
                 "output_bytes_per_second": {"type": "number",
                     "description": "Bytes per second a site writes of a plan output into the output's file (`tra run --output` on processes or hosts); optional (absent: writing outputs costs nothing, as when they are returned in memory). Writing is processor time of the site: within the streamed matmul that makes the output, else a stage after the operator that makes it"},
                 "machine_processors": {"type": "integer", "minimum": 1,
-                    "description": "The processors of the one machine every site runs on, when they share one; optional. With `site_threads`: the calibrated rates are those of every site computing at once, and in a stage where m of the n sites have processor work each works min(site_threads, machine_processors / m) / min(site_threads, machine_processors / n) times faster (1 unless the sites' threads outnumber the processors)"},
+                    "description": "The processors of the one machine every site runs on, when they share one; optional. With `site_threads` and `machine_sites`: the calibrated rates are those of the machine_sites sites computing at once, and in a stage where m sites have processor work each works max(1, min(site_threads, machine_processors / m) / min(site_threads, machine_processors / machine_sites)) times faster (1 unless the sites' threads outnumber the processors)"},
                 "site_threads": {"type": "integer", "minimum": 1,
-                    "description": "Kernel threads of each site; optional, used with `machine_processors`"}
+                    "description": "Kernel threads of each site; optional, used with `machine_processors`"},
+                "machine_sites": {"type": "integer", "minimum": 1,
+                    "description": "The sites on that machine when the rates were measured; optional, used with `machine_processors`"}
             },
             "additionalProperties": false
         },
