@@ -493,6 +493,7 @@ function renderSiteLoads(answer, cl, alts, shown) {
   $("profileInUse").textContent = `profile${cl.profile ? "" : " (defaults)"}: link ${si(p.link_bytes_per_second)}B/s per site and direction · ${si(p.site_flops_per_second)} flop/s per site · memory ${si(p.memory_bytes_per_second)}B/s per site · latency ${secs(p.latency_seconds)} per exchange · ${p.bytes_per_float} bytes per float` +
     (p.exchange_cpu_bytes_per_second ? ` · a site's processors exchange ${si(p.exchange_cpu_bytes_per_second)}B/s` : "") +
     (p.output_bytes_per_second ? ` · a site writes outputs at ${si(p.output_bytes_per_second)}B/s` : "") +
+    (p.machine_processors && p.site_threads && p.machine_sites ? ` · measured as ${p.machine_sites} sites of ${p.site_threads} kernel thread${p.site_threads === 1 ? "" : "s"} sharing ${p.machine_processors} processors` : "") +
     (p.job_overhead_seconds ? ` · ${secs(p.job_overhead_seconds)} per job` : "");
 }
 

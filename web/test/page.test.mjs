@@ -254,6 +254,7 @@ test("the page of tra serve", async (t) => {
     assert.match(profileText, /profile \(defaults\): link 1\.25 GB\/s/);
     assert.match(profileText, /memory 10 GB\/s per site/);
     assert.doesNotMatch(profileText, /processors exchange/, "no exchange processor rate without one in the profile");
+    assert.doesNotMatch(profileText, /sharing/, "no shared machine without one in the profile");
     assert.equal(await page.$eval("#costModel", (e) => e.value), "network");
     const before = await alternatives();
     await page.selectOption("#costModel", "time");
@@ -563,6 +564,12 @@ test("the page of tra serve", async (t) => {
     const shares = await page.$$eval(".alt-card g.dnode.op text.share", (ts) => ts.map((t) => t.textContent));
     assert.ok(shares.length > 0 && shares.every((x) => /^\d+%$/.test(x) && Number(x.slice(0, -1)) <= 100), `shares: ${shares}`);
     assert.ok(shares.some((x) => x !== "0%"), `some operator has a share: ${shares}`);
+    // A profile measured on sites sharing one machine says so.
+    skewed.cluster.profile = {...skewed.cluster.profile, machine_processors: 2, site_threads: 2, machine_sites: 3};
+    await page.fill("#program", JSON.stringify(skewed, null, 2));
+    await page.click("#optimize");
+    await settled();
+    assert.match(await page.$eval("#profileInUse", (e) => e.textContent), / · measured as 3 sites of 2 kernel threads sharing 2 processors/);
   });
 
   await t.test("a broken program shows the API's error beside the editor, pointing at the node", async () => {
