@@ -126,9 +126,10 @@
 //! without it under-predicted at 0.65–0.91×. Without the rate, writes cost
 //! nothing (as outputs returned in memory do, `POST /v1/execute`).
 //!
-//! **Sites sharing a machine.** The profile's rates are those of every site
-//! computing at once. With [`Profile::machine_processors`] and
-//! [`Profile::site_threads`] (every site on one machine), a stage in which
+//! **Sites sharing a machine.** The profile's rates are those of the sites
+//! it was measured on computing at once. With
+//! [`Profile::machine_processors`], [`Profile::site_threads`] and
+//! [`Profile::machine_sites`] (every site on one machine), a stage in which
 //! fewer sites have processor work gives each of them more of the machine
 //! where the sites' threads outnumber its processors
 //! ([`Profile::processor_speedup`]): three processes of two kernel threads
@@ -229,9 +230,10 @@ pub struct Profile {
     pub output_bytes_per_second: Option<f64>,
     /// The processors of the one machine every site runs on, when they share
     /// one (`tra calibrate` of processes, or of hosts that are all on one
-    /// machine). With [`Profile::site_threads`]: the calibrated rates are
-    /// those of every site computing at once; where fewer compute, each gets
-    /// more of the machine ([`Profile::processor_speedup`]). Optional.
+    /// machine). With [`Profile::site_threads`] and
+    /// [`Profile::machine_sites`]: the calibrated rates are those of the
+    /// measured sites computing at once; where fewer compute, each gets more
+    /// of the machine ([`Profile::processor_speedup`]). Optional.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub machine_processors: Option<u32>,
     /// Kernel threads of each site (`tra calibrate`: those of its job
