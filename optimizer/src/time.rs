@@ -403,7 +403,7 @@ type StageTime = (f64, usize, Resource);
 /// The predicted time of one stage: seconds, busiest site, bounding resource.
 pub fn stage_seconds(exchange: bool, loads: &[SiteLoad], p: &Profile) -> (f64, usize, Resource) {
     let mut best = (0.0, 0, if exchange { Resource::LinkOut } else { Resource::Compute });
-    let speedup = p.processor_speedup(loads.iter().filter(|l| uses_processors(exchange, l)).count());
+    let speedup = stage_speedup(exchange, loads, p);
     for (site, l) in loads.iter().enumerate() {
         let candidates = if exchange {
             let b = busy(true, l, p);
@@ -413,11 +413,8 @@ pub fn stage_seconds(exchange: bool, loads: &[SiteLoad], p: &Profile) -> (f64, u
                 (b.processors / speedup, Resource::Compute),
             ]
         } else {
-            [
-                (l.flops as f64 / p.site_flops_per_second / speedup, Resource::Compute),
-                (l.memory_bytes as f64 / p.memory_bytes_per_second / speedup, Resource::Memory),
-                (0.0, Resource::Compute),
-            ]
+            let (t, r) = local_seconds(l, p);
+            [(t / speedup, r), (0.0, Resource::Compute), (0.0, Resource::Compute)]
         };
         for (t, r) in candidates {
             if t > best.0 {
@@ -565,13 +562,11 @@ fn pipeline_stage(
         let (o, l, x) = (operands[site], local[site], outputs[site]);
         let (cpu_a, cpu_c) = (p.exchange_cpu_seconds(&o) / speedup, p.exchange_cpu_seconds(&x) / speedup);
         let a = link(o.bytes_in).max(link(o.bytes_out)).max(cpu_a);
-        // The site's kernels at the calibrated rates (not `stage_seconds` of
-        // the site alone, which would take it for the only one computing).
-        let (gemms, compute) = {
-            let (flops, memory) =
-                (l.flops as f64 / p.site_flops_per_second, l.memory_bytes as f64 / p.memory_bytes_per_second);
-            (flops.max(memory) / speedup, if memory > flops { Resource::Memory } else { Resource::Compute })
-        };
+        // The site's kernels at the calibrated rates, then the pipeline's
+        // speedup (not `stage_seconds` of the site alone, which would take
+        // it for the only one computing).
+        let (gemms, compute) = local_seconds(&l, p);
+        let gemms = gemms / speedup;
         // Writing the pipeline's outputs as their blocks are made: more
         // work for the site's processors.
         let w = writing.get(site).copied().unwrap_or(0.0) / speedup;
@@ -651,11 +646,7 @@ fn busy(exchange: bool, l: &SiteLoad, p: &Profile) -> Busy {
             processors: p.exchange_cpu_seconds(l),
         }
     } else {
-        Busy {
-            processors: (l.flops as f64 / p.site_flops_per_second)
-                .max(l.memory_bytes as f64 / p.memory_bytes_per_second),
-            ..Busy::default()
-        }
+        Busy { processors: local_seconds(l, p).0, ..Busy::default() }
     }
 }
 
@@ -669,10 +660,27 @@ fn uses_processors(exchange: bool, l: &SiteLoad) -> bool {
     }
 }
 
+/// How much faster than the calibrated rates the sites' processors work in
+/// one stage ([`Profile::processor_speedup`] of the sites it busies).
+fn stage_speedup(exchange: bool, loads: &[SiteLoad], p: &Profile) -> f64 {
+    p.processor_speedup(loads.iter().filter(|l| uses_processors(exchange, l)).count())
+}
+
+/// A site's kernel calls at the calibrated rates: the slower of its flops
+/// and its memory bytes, and which one that is.
+fn local_seconds(l: &SiteLoad, p: &Profile) -> (f64, Resource) {
+    let (flops, memory) = (l.flops as f64 / p.site_flops_per_second, l.memory_bytes as f64 / p.memory_bytes_per_second);
+    if memory > flops {
+        (memory, Resource::Memory)
+    } else {
+        (flops, Resource::Compute)
+    }
+}
+
 /// Every site's [`Busy`] in one stage, its processors' time shortened where
 /// fewer sites of a shared machine compute ([`Profile::processor_speedup`]).
 fn busy_of_stage(exchange: bool, loads: &[SiteLoad], p: &Profile) -> Vec<Busy> {
-    let speedup = p.processor_speedup(loads.iter().filter(|l| uses_processors(exchange, l)).count());
+    let speedup = stage_speedup(exchange, loads, p);
     loads
         .iter()
         .map(|l| {
