@@ -292,6 +292,27 @@ async fn limits_stop_work_with_503() {
     assert!(e["message"].as_str().unwrap().contains("10 e-graph nodes"), "the message names the limit: {e}");
 }
 
+/// A matmul of two inputs of 512² keys of 1×1 blocks (a 330-byte body)
+/// makes 2²⁷ products: the per-site layout of its join outgrows the
+/// analysis memory budget, which stops it as it grows (charged only once
+/// whole, 1024² keys took the server's memory and it was killed). The same
+/// server answers the next request.
+#[tokio::test]
+async fn a_join_larger_than_the_memory_budget_is_a_503_and_the_server_serves_on() {
+    let input = json!({"key_bounds": [512, 512], "array_bounds": [1, 1]});
+    let program = json!({
+        "inputs": {"X": input, "Y": input},
+        "nodes": {"XY": {"op": "join", "left": "X", "right": "Y", "left_keys": [1], "right_keys": [0], "kernel": "matMul"},
+                  "Z": {"op": "aggregate", "input": "XY", "group_by": [0, 2], "kernel": "matAdd"}},
+        "outputs": ["Z"]
+    });
+    let addr = start(ServerConfig::default()).await;
+    let e = post(addr, "/v1/optimize", &program).await.error(503);
+    assert_eq!(e["code"], "limit_exceeded");
+    assert!(e["message"].as_str().unwrap().contains("--analysis-memory-bytes"), "the message names the limit: {e}");
+    assert_eq!(post(addr, "/v1/optimize", &api_example()).await.status, 200);
+}
+
 #[tokio::test]
 async fn rules_kernels_examples_openapi() {
     let addr = start(ServerConfig::default()).await;

@@ -215,6 +215,12 @@ pub fn charge_layout_bytes(bytes: u64) {
     })
 }
 
+/// Bytes of key sets and layouts this thread's request has charged so far
+/// against its key budget (0 without one).
+pub fn charged_bytes() -> u64 {
+    CURRENT.with(|c| c.borrow().as_ref().map_or(0, |s| s.key_bytes))
+}
+
 /// The time saturation may take under `limit` and this thread's deadline:
 /// `limit`, or three quarters of what is left before the deadline if that is
 /// less (the last quarter is for extraction and the reports).

@@ -121,6 +121,51 @@ impl Layout {
     }
 }
 
+/// Charges a layout against the request's key budget while it is built, and
+/// reads the deadline as it goes: a join or a key map can make far more
+/// tuples than its operands hold (two inputs of 1024² keys make 10⁹
+/// products), so charging a layout only once it is whole let one request
+/// take the machine's memory. [`Growth::stop`] is true once the budget or
+/// the deadline is spent ([`crate::deadline::expired`]); what was built is
+/// then dropped.
+struct Growth {
+    /// Bytes of the layout charged so far.
+    charged: u64,
+    /// Tuples since the last look.
+    n: u32,
+}
+
+impl Growth {
+    /// Look every this many tuples (and at the first).
+    const EVERY: u32 = 4096;
+
+    fn new() -> Growth {
+        Growth { charged: 0, n: Growth::EVERY - 1 }
+    }
+
+    /// One more tuple visited (made or not): every [`Growth::EVERY`] of
+    /// them, charge what `layout` grew by and read the deadline.
+    #[inline]
+    fn stop(&mut self, layout: &Layout) -> bool {
+        self.n += 1;
+        if self.n < Growth::EVERY {
+            return false;
+        }
+        self.n = 0;
+        self.charge(layout);
+        crate::deadline::expired()
+    }
+
+    /// Charge what `layout` grew by since the last charge.
+    fn charge(&mut self, layout: &Layout) {
+        let now = layout.bytes();
+        if now > self.charged {
+            crate::deadline::charge_layout_bytes(now - self.charged);
+            self.charged = now;
+        }
+    }
+}
+
 /// A key's dims `dims`, without allocating for up to four of them (`None`
 /// when a dim is outside the key).
 type Projected = smallvec::SmallVec<[u32; 4]>;
@@ -303,6 +348,8 @@ impl LoadCache {
         let ty = |n: &String| &types[n.as_str()];
         let s = self.sites;
         let err = |message: String| LoadError { node: node.to_string(), message };
+        let mut growth = Growth::new();
+        let spent = || err(crate::deadline::reason());
         let mut loads = vec![SiteLoad::default(); s];
         // `calls` kernel calls of `f` flops and `m` memory bytes each.
         let work_at = |loads: &mut Vec<SiteLoad>, site: u32, calls: u64, (f, m): (u64, u64)| {
@@ -349,6 +396,9 @@ impl LoadCache {
                 }
                 let mut out = Layout::with_capacity(input.arity(), if want_layout { input.len() } else { 0 });
                 for (k, site) in input.iter() {
+                    if growth.stop(&out) {
+                        return Err(spent());
+                    }
                     let to = site_of(k, dims, s) as u32;
                     if site != EVERYWHERE && site != to {
                         loads[site as usize].bytes_out += bytes;
@@ -377,6 +427,9 @@ impl LoadCache {
                     let jk = project(lk, left_keys)
                         .ok_or_else(|| err(format!("left key {lk:?} has no dims {left_keys:?}")))?;
                     for &(rk, rs) in index.get(&jk).map(Vec::as_slice).unwrap_or(&[]) {
+                        if growth.stop(&out) {
+                            return Err(spent());
+                        }
                         let site = match (ls, rs) {
                             (a, b) if a == b => a,
                             (EVERYWHERE, b) => b,
@@ -422,6 +475,9 @@ impl LoadCache {
                 }
                 let mut out = Layout::with_capacity(group_by.len(), 0);
                 for (g, members) in groups {
+                    if growth.stop(&out) {
+                        return Err(spent());
+                    }
                     let everywhere = members.iter().filter(|&&m| m == EVERYWHERE).count() as u64;
                     if everywhere == members.len() as u64 {
                         let (calls, w) = fold(everywhere);
@@ -465,6 +521,9 @@ impl LoadCache {
                 let input = &args[0].layout;
                 let mut out = Layout::with_capacity(input.arity(), 0);
                 for (k, site) in input.iter() {
+                    if growth.stop(&out) {
+                        return Err(spent());
+                    }
                     if predicate.eval(k).map_err(|e| err(e.to_string()))? {
                         out.push(k.iter().copied(), site);
                     }
@@ -478,6 +537,9 @@ impl LoadCache {
                 let arity = key.as_ref().map_or(input.arity(), |f| f.output_arity());
                 let mut out = Layout::with_capacity(arity, 0);
                 for (k, site) in input.iter() {
+                    if growth.stop(&out) {
+                        return Err(spent());
+                    }
                     work_at(&mut loads, site, 1, per);
                     if !want_layout {
                         continue;
@@ -485,6 +547,9 @@ impl LoadCache {
                     match key {
                         Some(f) => {
                             for k in f.eval(k).map_err(|e| err(e.to_string()))? {
+                                if growth.stop(&out) {
+                                    return Err(spent());
+                                }
                                 out.push(k, site);
                             }
                         }
@@ -496,7 +561,7 @@ impl LoadCache {
         };
         // Counted against the request's key budget: a plan over a large key
         // space holds a layout per operator, several plans one each.
-        crate::deadline::charge_layout_bytes(layout.bytes());
+        growth.charge(&layout);
         Ok(Evaluated { layout: Arc::new(layout), loads: Arc::new(loads), products: makes_products(op) })
     }
 
@@ -607,6 +672,35 @@ mod tests {
         let plan = Plan::from_json(plan).unwrap();
         let typed = check_plan(&plan, sites).unwrap();
         plan_loads(&plan, &typed, sites, 4).unwrap()
+    }
+
+    /// A join whose output is far larger than the key budget stops once
+    /// the budget is spent, not after its whole layout is built: two
+    /// operands of 256² keys on one site make 2²⁴ products, 192 MiB of
+    /// layout. (Charged only once whole, the layout of a matmul of two
+    /// 1024²-key inputs, 10⁹ products, took the server's memory.)
+    #[test]
+    fn a_join_making_more_tuples_than_the_key_budget_stops_within_it() {
+        use crate::deadline::{self, Deadline};
+        let plan = Plan::from_json(
+            r#"{"inputs": {"X": {"key_bounds": [256, 256], "array_bounds": [1, 1], "placement": {"hash": []}},
+                           "Y": {"key_bounds": [256, 256], "array_bounds": [1, 1], "placement": {"hash": []}}},
+                "nodes": {"J": {"op": "local_join", "left": "X", "right": "Y", "left_keys": [1], "right_keys": [0],
+                                "kernel": "matMul"}},
+                "outputs": ["J"]}"#,
+        )
+        .unwrap();
+        let typed = check_plan(&plan, 2).unwrap();
+        let budget = 4u64 << 20;
+        let d = Deadline::after(std::time::Duration::from_secs(600), "a test's time")
+            .with_key_budget(budget, "a test's budget");
+        let (r, charged) = deadline::within(d, || (plan_loads(&plan, &typed, 2, 4), deadline::charged_bytes()));
+        let e = r.expect_err("the budget is spent");
+        assert_eq!(e.node, "J");
+        assert!(e.message.contains("a test's budget"), "{e}");
+        // The inputs' layouts (1.5 MiB), then the join's until the budget
+        // is passed: its last doubling at most, never the 192 MiB.
+        assert!(charged < 4 * budget, "charged {charged} bytes against a budget of {budget}");
     }
 
     #[test]
