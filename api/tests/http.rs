@@ -488,6 +488,33 @@ async fn execute_dense_data_matches_a_plain_matmul() {
     assert_eq!(v["network_floats_measured"], v["network_floats_predicted"]);
 }
 
+/// A top-level field a request does not have is refused, named, with the
+/// field it is likely a misspelling of: dropped, `clsuter` optimized for the
+/// default 4 sites and `dat` ran on random data, answering 200.
+#[tokio::test]
+async fn unknown_top_level_fields_are_refused_by_name() {
+    let addr = start(ServerConfig::default()).await;
+    let mut program = api_example();
+    program["clsuter"] = json!({"sites": 10});
+    let e = post(addr, "/v1/optimize", &program).await.error(422);
+    assert_eq!((e["code"].as_str(), e["at"].as_str()), (Some("bad_field"), Some("clsuter")), "{e}");
+    assert!(e["message"].as_str().unwrap().contains("did you mean `cluster`?"), "{e}");
+    // `data` belongs to execute requests only.
+    let mut program = api_example();
+    program["data"] = json!({});
+    let e = post(addr, "/v1/optimize", &program).await.error(422);
+    assert_eq!(e["at"], "data", "{e}");
+
+    let mut req = matmul([2, 2], [2, 2], 2, 2);
+    req["dat"] = json!({"X": {"dense": [[1, 2], [3, 4]]}});
+    let e = post(addr, "/v1/execute", &req).await.error(422);
+    assert_eq!(e["at"], "dat", "{e}");
+    assert!(e["message"].as_str().unwrap().contains("did you mean `data`?"), "{e}");
+    req.as_object_mut().unwrap().remove("dat");
+    req["data"] = json!({"X": {"random": {"seed": 3}}});
+    assert_eq!(post(addr, "/v1/execute", &req).await.status, 200);
+}
+
 #[tokio::test]
 async fn execute_refuses_bad_or_too_much_data() {
     let addr = start(ServerConfig { max_execute_floats: 1000, ..ServerConfig::default() }).await;

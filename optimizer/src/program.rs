@@ -437,9 +437,29 @@ impl Program {
 
     /// Parse a program from a JSON value (see [`Program::from_json`]).
     pub fn from_value(value: &serde_json::Value) -> Result<Program> {
+        Program::from_request(value, &[])
+    }
+
+    /// Parse a program that is part of a request with more top-level
+    /// fields, `also` (the `data` of `/v1/execute`): any other field is
+    /// refused, named (a misspelt `clsuter` or `dat` would otherwise be
+    /// dropped without a word, and the answer be for another request).
+    pub fn from_request(value: &serde_json::Value, also: &[&str]) -> Result<Program> {
         let obj = value
             .as_object()
             .ok_or_else(|| ProgramError::new(ErrorCode::BadJson, "", "a program must be a JSON object"))?;
+        const FIELDS: [&str; 4] = ["inputs", "nodes", "outputs", "cluster"];
+        if let Some(unknown) = obj.keys().find(|k| !FIELDS.contains(&k.as_str()) && !also.contains(&k.as_str())) {
+            let known: Vec<String> = FIELDS.iter().chain(also).map(|f| format!("`{f}`")).collect();
+            let near =
+                FIELDS.iter().chain(also).find(|f| unknown.len() < 32 && crate::kernel::edit_distance(f, unknown) <= 2);
+            let hint = near.map(|f| format!("; did you mean `{f}`?")).unwrap_or_default();
+            return Err(ProgramError::new(
+                ErrorCode::BadField,
+                unknown.as_str(),
+                format!("unknown top-level field `{unknown}`{hint} (the fields are {})", known.join(", ")),
+            ));
+        }
         let inputs = parse_inputs(top_field(obj, "inputs")?)?;
         let nodes = parse_nodes(top_field(obj, "nodes")?, TRA_OPS)?;
         let outputs = parse_outputs(top_field(obj, "outputs")?)?;

@@ -198,7 +198,8 @@ pub fn document(config: &ServerConfig) -> Value {
                 "outputs": {"type": "array", "items": {"type": "string"}},
                 "cluster": r("Cluster")
             },
-            "required": ["inputs", "nodes", "outputs"]
+            "required": ["inputs", "nodes", "outputs"],
+            "additionalProperties": false
         },
         "Plan": {
             "type": "object",
@@ -327,9 +328,18 @@ pub fn document(config: &ServerConfig) -> Value {
             ]
         },
         "ExecuteRequest": {
-            "allOf": [r("Program"), {"type": "object", "properties": {"data": {"type": "object",
-                "additionalProperties": r("InputData"),
-                "description": "Per input; an input without an entry gets {\"random\": {\"seed\": 0}}"}}}]
+            "type": "object",
+            "description": "A Program, plus data for its inputs.",
+            "properties": {
+                "inputs": {"type": "object", "additionalProperties": r("InputDecl")},
+                "nodes": {"type": "object", "additionalProperties": r("TraOp")},
+                "outputs": {"type": "array", "items": {"type": "string"}},
+                "cluster": r("Cluster"),
+                "data": {"type": "object", "additionalProperties": r("InputData"),
+                    "description": "Per input; an input without an entry gets {\"random\": {\"seed\": 0}}"}
+            },
+            "required": ["inputs", "nodes", "outputs"],
+            "additionalProperties": false
         },
         "OutputValue": {
             "type": "object",

@@ -341,7 +341,7 @@ pub(super) fn suggestion(name: &str) -> Option<&'static str> {
 }
 
 /// Levenshtein distance over chars.
-fn edit_distance(a: &str, b: &str) -> usize {
+pub(crate) fn edit_distance(a: &str, b: &str) -> usize {
     let b: Vec<char> = b.chars().collect();
     let mut prev: Vec<usize> = (0..=b.len()).collect();
     for (i, ca) in a.chars().enumerate() {

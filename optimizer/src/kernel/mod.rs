@@ -124,6 +124,7 @@
 //! checks and algebraic queries.
 
 mod catalog;
+pub(crate) use catalog::edit_distance;
 mod einsum_spec;
 mod parse;
 mod shape;
