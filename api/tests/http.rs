@@ -677,6 +677,23 @@ async fn a_slow_network_profile_changes_the_prediction_and_a_bad_one_is_named() 
     let r = post(addr, "/v1/optimize", &bad).await;
     assert_eq!(r.status, 422, "{}", r.json());
     assert_eq!(r.json()["error"]["at"], "cluster.profile.output_bytes_per_second");
+    // Values that would make every plan's cost infinite (reported as
+    // `null`, the choice among them arbitrary) are refused, named.
+    for (profile, at) in [
+        (json!({"link_bytes_per_second": 1e-308}), "cluster.profile.link_bytes_per_second"),
+        (json!({"site_flops_per_second": 0.5}), "cluster.profile.site_flops_per_second"),
+        (json!({"latency_seconds": 1e308}), "cluster.profile.latency_seconds"),
+    ] {
+        bad["cluster"]["profile"] = profile;
+        let r = post(addr, "/v1/optimize", &bad).await;
+        assert_eq!(r.status, 422, "{}", r.json());
+        assert_eq!(r.json()["error"]["at"], at);
+    }
+    let mut heavy = skewed(None);
+    heavy["cluster"]["network_weight"] = json!(1e308);
+    let r = post(addr, "/v1/optimize", &heavy).await;
+    assert_eq!(r.status, 422, "{}", r.json());
+    assert_eq!(r.json()["error"]["at"], "cluster.network_weight");
     // A shared machine needs a processor and a thread per site.
     bad["cluster"]["profile"] = json!({"machine_processors": 0, "site_threads": 1});
     let r = post(addr, "/v1/optimize", &bad).await;

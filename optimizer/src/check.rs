@@ -93,6 +93,10 @@ fn check_structure<Op: Operator>(
     topo_order(nodes)
 }
 
+/// The largest `network_weight` or `compute_weight`: far beyond any sensible
+/// ratio, and small enough that a plan's weighted cost stays finite.
+pub const MAX_WEIGHT: f64 = 1e100;
+
 /// Check a TRA program and infer the type of every node.
 pub fn check_program(p: &Program) -> Result<TypedProgram> {
     let order = check_structure(&p.inputs, &p.nodes, &p.outputs)?;
@@ -105,11 +109,13 @@ pub fn check_program(p: &Program) -> Result<TypedProgram> {
         ));
     }
     for (f, w) in [("network_weight", cluster.network_weight), ("compute_weight", cluster.compute_weight)] {
-        if !(w.is_finite() && w >= 0.0) {
+        // Bounded so that every plan's cost stays a finite number (a weight
+        // of 1e308 made them all infinite, reported as `null`).
+        if !(0.0..=MAX_WEIGHT).contains(&w) {
             return Err(ProgramError::new(
                 ErrorCode::BadField,
                 format!("cluster.{f}"),
-                format!("cluster.{f} is {w}; it must be a finite number ≥ 0"),
+                format!("cluster.{f} is {w}; it must be a number between 0 and {MAX_WEIGHT:e}"),
             ));
         }
     }

@@ -281,14 +281,22 @@ impl Default for Profile {
     }
 }
 
+/// The longest latency or job overhead a profile may state (a day): longer
+/// ones could only be a mistake, and would overflow predicted times.
+pub const MAX_SECONDS: f64 = 86_400.0;
+
 impl Profile {
     /// What is wrong with the profile, as `(field, message)`, if anything.
+    /// Rates are at least 1 per second and times at most [`MAX_SECONDS`], so
+    /// that every predicted time is a finite number (a rate of 1e-308 made
+    /// every plan's seconds infinite, reported as `null`, and the choice
+    /// among them arbitrary).
     pub fn check(&self) -> Result<(), (&'static str, String)> {
         let positive = |name: &'static str, v: f64| {
-            if v.is_finite() && v > 0.0 {
+            if v.is_finite() && v >= 1.0 {
                 Ok(())
             } else {
-                Err((name, format!("profile.{name} must be a positive finite number, got {v}")))
+                Err((name, format!("profile.{name} must be a finite rate of at least 1 per second, got {v}")))
             }
         };
         positive("link_bytes_per_second", self.link_bytes_per_second)?;
@@ -300,18 +308,11 @@ impl Profile {
         if let Some(rate) = self.output_bytes_per_second {
             positive("output_bytes_per_second", rate)?;
         }
-        if !(self.latency_seconds.is_finite() && self.latency_seconds >= 0.0) {
-            return Err((
-                "latency_seconds",
-                format!("profile.latency_seconds must be a finite number ≥ 0, got {}", self.latency_seconds),
-            ));
-        }
-        if let Some(t) = self.job_overhead_seconds {
-            if !(t.is_finite() && t >= 0.0) {
-                return Err((
-                    "job_overhead_seconds",
-                    format!("profile.job_overhead_seconds must be a finite number ≥ 0, got {t}"),
-                ));
+        for (name, t) in
+            [("latency_seconds", Some(self.latency_seconds)), ("job_overhead_seconds", self.job_overhead_seconds)]
+        {
+            if let Some(t) = t.filter(|t| !(0.0..=MAX_SECONDS).contains(t)) {
+                return Err((name, format!("profile.{name} must be between 0 and {MAX_SECONDS:e} seconds, got {t}")));
             }
         }
         for (name, v) in [
