@@ -733,7 +733,14 @@ impl FromRequest<AppState> for JsonBody {
 
 /// A request body parsed as JSON (400 `bad_json` when it is not).
 pub fn parse_json(bytes: &[u8]) -> Result<Value, ApiError> {
-    serde_json::from_slice(bytes).map_err(|e| ApiError::bad_json(format!("the request body is not valid JSON: {e}")))
+    let value = serde_json::from_slice(bytes)
+        .map_err(|e| ApiError::bad_json(format!("the request body is not valid JSON: {e}")))?;
+    // JSON keeps the last of two equal keys: a second node `A` would replace
+    // the first without a word.
+    if let Some(d) = tra_optimizer::duplicate_keys::find(bytes) {
+        return Err(ApiError::unprocessable("bad_field", d.at, d.message));
+    }
+    Ok(value)
 }
 
 /// A float as JSON: a number, or for the values JSON has no number for the

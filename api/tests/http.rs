@@ -492,7 +492,7 @@ async fn execute_dense_data_matches_a_plain_matmul() {
 /// field it is likely a misspelling of: dropped, `clsuter` optimized for the
 /// default 4 sites and `dat` ran on random data, answering 200.
 #[tokio::test]
-async fn unknown_top_level_fields_are_refused_by_name() {
+async fn unknown_top_level_fields_and_keys_written_twice_are_refused_by_name() {
     let addr = start(ServerConfig::default()).await;
     let mut program = api_example();
     program["clsuter"] = json!({"sites": 10});
@@ -510,6 +510,14 @@ async fn unknown_top_level_fields_are_refused_by_name() {
     let e = post(addr, "/v1/execute", &req).await.error(422);
     assert_eq!(e["at"], "dat", "{e}");
     assert!(e["message"].as_str().unwrap().contains("did you mean `data`?"), "{e}");
+    // A key written twice: JSON keeps the last, so the first node `A`
+    // would vanish without a word.
+    let twice = r#"{"inputs": {"X": {"key_bounds": [1, 1], "array_bounds": [2, 2]}},
+        "nodes": {"A": {"op": "transform", "input": "X", "kernel": "relu"},
+                  "A": {"op": "transform", "input": "X", "kernel": "neg"}}, "outputs": ["A"]}"#;
+    let e = http(addr, "POST", "/v1/optimize", Some(twice.as_bytes())).await.error(422);
+    assert_eq!((e["code"].as_str(), e["at"].as_str()), (Some("bad_field"), Some("A")), "{e}");
+    assert!(e["message"].as_str().unwrap().contains("written twice"), "{e}");
     req.as_object_mut().unwrap().remove("dat");
     req["data"] = json!({"X": {"random": {"seed": 3}}});
     assert_eq!(post(addr, "/v1/execute", &req).await.status, 200);

@@ -11,6 +11,7 @@ pub mod cost;
 pub mod deadline;
 pub mod delta;
 pub mod describe;
+pub mod duplicate_keys;
 pub mod egraph;
 pub mod error;
 pub mod extract;

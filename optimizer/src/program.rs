@@ -415,6 +415,15 @@ fn json_kind(v: &serde_json::Value) -> String {
     }
 }
 
+/// A key written twice in one object of `text` (JSON keeps the last, so a
+/// second node `A` would replace the first without a word), named.
+fn refuse_duplicate_keys(text: &str) -> Result<()> {
+    match crate::duplicate_keys::find(text.as_bytes()) {
+        Some(d) => Err(ProgramError::new(ErrorCode::BadField, d.at, d.message)),
+        None => Ok(()),
+    }
+}
+
 fn top_field<'a>(obj: &'a serde_json::Map<String, serde_json::Value>, f: &str) -> Result<&'a serde_json::Value> {
     obj.get(f).ok_or_else(|| ProgramError::new(ErrorCode::BadField, f, format!("missing top-level field `{f}`")))
 }
@@ -430,6 +439,7 @@ impl Program {
     /// This only reads the shape of the program: [`crate::check::check_program`]
     /// then checks that it makes sense.
     pub fn from_json(text: &str) -> Result<Program> {
+        refuse_duplicate_keys(text)?;
         let value: serde_json::Value = serde_json::from_str(text)
             .map_err(|e| ProgramError::new(ErrorCode::BadJson, "", format!("not valid JSON: {e}")))?;
         Program::from_value(&value)
@@ -500,6 +510,7 @@ fn cluster_error(cluster: &serde_json::Value, e: serde_json::Error) -> ProgramEr
 impl Plan {
     /// Parse a plan from JSON text; errors name the node at fault.
     pub fn from_json(text: &str) -> Result<Plan> {
+        refuse_duplicate_keys(text)?;
         let value: serde_json::Value = serde_json::from_str(text)
             .map_err(|e| ProgramError::new(ErrorCode::BadJson, "", format!("not valid JSON: {e}")))?;
         let obj = value
