@@ -25,6 +25,21 @@ fn bounds() -> Value {
     json!({"type": "array", "items": {"type": "integer", "minimum": 1}})
 }
 
+/// A program's top-level fields, with an execute request's `data` when
+/// given (each schema refuses any other field).
+fn program_fields(data: Option<Value>) -> Value {
+    let mut fields = json!({
+        "inputs": {"type": "object", "additionalProperties": r("InputDecl")},
+        "nodes": {"type": "object", "additionalProperties": r("TraOp")},
+        "outputs": {"type": "array", "items": {"type": "string"}},
+        "cluster": r("Cluster")
+    });
+    if let Some(d) = data {
+        fields["data"] = d;
+    }
+    fields
+}
+
 fn name() -> Value {
     json!({"type": "string", "description": "The name of an input or a node"})
 }
@@ -192,12 +207,7 @@ pub fn document(config: &ServerConfig) -> Value {
         "Program": {
             "type": "object",
             "description": "A TRA program: a DAG of named nodes over named inputs.",
-            "properties": {
-                "inputs": {"type": "object", "additionalProperties": r("InputDecl")},
-                "nodes": {"type": "object", "additionalProperties": r("TraOp")},
-                "outputs": {"type": "array", "items": {"type": "string"}},
-                "cluster": r("Cluster")
-            },
+            "properties": program_fields(None),
             "required": ["inputs", "nodes", "outputs"],
             "additionalProperties": false
         },
@@ -330,14 +340,8 @@ pub fn document(config: &ServerConfig) -> Value {
         "ExecuteRequest": {
             "type": "object",
             "description": "A Program, plus data for its inputs.",
-            "properties": {
-                "inputs": {"type": "object", "additionalProperties": r("InputDecl")},
-                "nodes": {"type": "object", "additionalProperties": r("TraOp")},
-                "outputs": {"type": "array", "items": {"type": "string"}},
-                "cluster": r("Cluster"),
-                "data": {"type": "object", "additionalProperties": r("InputData"),
-                    "description": "Per input; an input without an entry gets {\"random\": {\"seed\": 0}}"}
-            },
+            "properties": program_fields(Some(json!({"type": "object", "additionalProperties": r("InputData"),
+                "description": "Per input; an input without an entry gets {\"random\": {\"seed\": 0}}"}))),
             "required": ["inputs", "nodes", "outputs"],
             "additionalProperties": false
         },
