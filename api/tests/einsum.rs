@@ -232,6 +232,18 @@ async fn http_einsum_errors_carry_the_position() {
     assert_eq!((status, v["error"]["at"].as_str()), (422, Some("inputs.A.block")), "{v}");
     let (status, v) = request(addr, "POST", "/v1/einsum", &json!({"inputs": {}}).to_string()).await;
     assert_eq!((status, v["error"]["at"].as_str()), (422, Some("expression")), "{v}");
+    // The request's own cluster is named, not reported as tra's bug.
+    let (status, v) = request(
+        addr,
+        "POST",
+        "/v1/einsum",
+        &json!({"expression": "ij,jk->ik", "inputs": {"A": {"shape": [2, 3]}, "B": {"shape": [3, 5]}},
+                "cluster": {"sites": 0}})
+        .to_string(),
+    )
+    .await;
+    assert_eq!((status, v["error"]["at"].as_str()), (422, Some("cluster.sites")), "{v}");
+    assert!(!v["error"]["message"].as_str().unwrap().contains("internal error"), "{v}");
     let (status, _) = request(addr, "POST", "/v1/einsum", "[1]").await;
     assert_eq!(status, 400);
     let (status, _) = request(addr, "GET", "/v1/einsum", "").await;

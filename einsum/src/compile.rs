@@ -109,6 +109,8 @@ pub fn compile(req: &Request, opts: &Options<'_>) -> Result<Compiled, EinsumErro
             e.code,
             format!("the program compiled from `{}` is too large: node {}: {}", a.expr, e.at, e.message),
         ),
+        // The request's own cluster (`sites` 0, a bad profile): its field.
+        _ if e.at.starts_with("cluster") => EinsumError::field(&a.expr, &e.at, e.code, e.message),
         _ => EinsumError::field(
             &a.expr,
             "",
