@@ -390,7 +390,17 @@ fn check_bounds_fields(name: &str, decl: &serde_json::Value) -> Result<()> {
         };
         for (i, x) in items.iter().enumerate() {
             if !x.is_i64() {
-                let what = if x.is_u64() { format!("{x}, which is too large") } else { json_kind(x) };
+                let what = match x.as_f64() {
+                    _ if x.is_u64() => format!("{x}, which is too large"),
+                    // `50.0` or `1e12`: whole, but not written as an integer.
+                    Some(f) if f.fract() == 0.0 && f.abs() < 1e18 => {
+                        format!(
+                            "{x}, written with a decimal point or an exponent: write it as the integer {}",
+                            f as i64
+                        )
+                    }
+                    _ => json_kind(x),
+                };
                 return Err(ProgramError::new(
                     ErrorCode::BadField,
                     format!("{name}.{field}[{i}]"),

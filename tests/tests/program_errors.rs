@@ -112,6 +112,11 @@ fn a_bound_that_is_not_a_whole_number_is_named_by_its_index() {
         r#"{"inputs": {"X": {"key_bounds": [4], "array_bounds": [18446744073709551615]}}, "nodes": {}, "outputs": ["X"]}"#,
     );
     assert_err(&e, ErrorCode::BadField, "X.array_bounds[0]", &["too large"]);
+    // Whole, but written as a float (Python's json.dumps of 50.0): the fix is said.
+    let e = error_of(
+        r#"{"inputs": {"X": {"key_bounds": [4], "array_bounds": [50.0, 1e2]}}, "nodes": {}, "outputs": ["X"]}"#,
+    );
+    assert_err(&e, ErrorCode::BadField, "X.array_bounds[0]", &["50.0", "write it as the integer 50"]);
 }
 
 #[test]
