@@ -807,9 +807,13 @@ async fn examples_handler(State(st): State<AppState>) -> Json<Value> {
     Json(st.inner.examples_json.clone())
 }
 
+/// Top-level fields an optimize request may have besides a program's: an
+/// execute request's `data`, not read, so that one body serves both.
+const OPTIMIZE_ALSO: &[&str] = &["data"];
+
 async fn optimize_handler(State(st): State<AppState>, JsonBody(body): JsonBody) -> Result<Response, ApiError> {
     let answer = if body.len() <= INLINE_PARSE_BYTES {
-        let program = st.with_profile(Program::from_value(&parse_json(&body)?)?);
+        let program = st.with_profile(Program::from_request(&parse_json(&body)?, OPTIMIZE_ALSO)?);
         let key = cache_key(&program)?;
         match st.inner.answers.get(&key) {
             Some(hit) => hit,
@@ -821,7 +825,7 @@ async fn optimize_handler(State(st): State<AppState>, JsonBody(body): JsonBody) 
     } else {
         let st2 = st.clone();
         st.cpu(&st.optimize_deadline(), move || {
-            let program = st2.with_profile(Program::from_value(&parse_json(&body)?)?);
+            let program = st2.with_profile(Program::from_request(&parse_json(&body)?, OPTIMIZE_ALSO)?);
             st2.optimize_here(&program)
         })
         .await?

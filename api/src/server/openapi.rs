@@ -475,7 +475,9 @@ pub fn document(config: &ServerConfig) -> Value {
         "/v1/examples": get_json("Example programs by name", json!({"type": "object", "additionalProperties": r("Example")})),
         "/v1/optimize": {"post": {
             "summary": "Optimize a TRA program",
-            "requestBody": {"required": true, "content": json_content(r("Program"))},
+            "requestBody": {"required": true,
+                "description": "A Program; an execute request's `data` is accepted and not read, so that one body serves both",
+                "content": json_content(r("ExecuteRequest"))},
             "responses": merge(json!({"200": {"description": "The chosen plan, its cost, the alternatives, rules and stats",
                 "content": json_content(r("OptimizeAnswer"))}}), optimize_errors)
         }},
