@@ -714,7 +714,7 @@ impl FromRequest<AppState> for JsonBody {
                     "body_too_large",
                     "",
                     format!(
-                        "the request body is larger than this server's limit of {limit} bytes ({})",
+                        "the request body is larger than this server's limit of {limit} bytes ({}) (--max-body-bytes)",
                         human_bytes(limit)
                     ),
                 )

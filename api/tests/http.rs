@@ -531,6 +531,7 @@ async fn execute_refuses_bad_or_too_much_data() {
     let e = r.error(413);
     assert_eq!(e["code"], "data_too_large");
     assert!(e["message"].as_str().unwrap().contains("1000"), "{e}");
+    assert!(e["message"].as_str().unwrap().contains("--max-execute-floats"), "the message names its flag: {e}");
 
     let mut req = matmul([2, 2], [2, 2], 2, 2);
     req["data"] = json!({"X": {"dense": [[1, 2], [3, 4]]}});

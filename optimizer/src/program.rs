@@ -347,17 +347,52 @@ pub fn parse_nodes<Op: for<'de> Deserialize<'de>>(
             _ => {}
         }
         let node: Op = serde_json::from_value(v.clone()).map_err(|e| {
-            let msg = e.to_string();
+            // serde names the value, not the field, of a node that does not
+            // parse: read the fields one by one for the one at fault.
+            let (at, msg) = match field_at_fault(v) {
+                Some((field, msg)) => (format!("{name}.{field}"), format!("{field}: {msg}")),
+                None => (name.clone(), plain_serde(&e.to_string())),
+            };
             let code = if msg.contains("expression") || msg.contains("predicate") {
                 ErrorCode::BadExpression
             } else {
                 ErrorCode::BadField
             };
-            ProgramError::new(code, name.clone(), format!("node {name}: {msg}"))
+            ProgramError::new(code, at, format!("node {name}: {msg}"))
         })?;
         out.insert(name.clone(), node);
     }
     Ok(out)
+}
+
+/// The first field of a node (an object) whose value does not parse as
+/// that field's kind, with the reason.
+fn field_at_fault(node: &serde_json::Value) -> Option<(String, String)> {
+    fn check<T: for<'de> Deserialize<'de>>(v: &serde_json::Value) -> Option<String> {
+        serde_json::from_value::<T>(v.clone()).err().map(|e| plain_serde(&e.to_string()))
+    }
+    node.as_object()?.iter().find_map(|(field, v)| {
+        let why = match field.as_str() {
+            "left" | "right" | "input" => check::<String>(v),
+            "left_keys" | "right_keys" | "group_by" | "dims" => check::<Vec<usize>>(v),
+            "dim" | "size" | "key_dim" | "array_dim" => check::<usize>(v),
+            "kernel" if !v.is_null() => check::<KernelRef>(v),
+            "key" if !v.is_null() => check::<KeyFn>(v),
+            "predicate" => check::<Predicate>(v),
+            _ => None,
+        };
+        why.map(|w| (field.clone(), w))
+    })
+}
+
+/// serde's words for a value out of a Rust type's range, in the API's
+/// (`expected usize` is `expected a whole number ≥ 0`).
+fn plain_serde(message: &str) -> String {
+    message
+        .replace("expected usize", "expected a whole number ≥ 0")
+        .replace("expected u64", "expected a whole number ≥ 0")
+        .replace("expected u32", "expected a whole number ≥ 0 below 2³²")
+        .replace("expected f64", "expected a number")
 }
 
 fn parse_inputs(value: &serde_json::Value) -> Result<IndexMap<String, InputDecl>> {
@@ -510,11 +545,28 @@ fn cluster_error(cluster: &serde_json::Value, e: serde_json::Error) -> ProgramEr
             let alone = serde_json::Value::Object([(field.clone(), value.clone())].into_iter().collect());
             if let Err(e) = serde_json::from_value::<crate::time::Profile>(alone) {
                 let at = format!("cluster.profile.{field}");
-                return ProgramError::new(ErrorCode::BadField, at.clone(), format!("{at}: {e}"));
+                return ProgramError::new(
+                    ErrorCode::BadField,
+                    at.clone(),
+                    format!("{at}: {}", plain_serde(&e.to_string())),
+                );
             }
         }
     }
-    ProgramError::new(ErrorCode::BadField, "cluster", format!("cluster: {e}"))
+    if let Some(fields) = cluster.as_object() {
+        for (field, value) in fields.iter().filter(|(f, _)| f.as_str() != "profile") {
+            let alone = serde_json::Value::Object([(field.clone(), value.clone())].into_iter().collect());
+            if let Err(e) = serde_json::from_value::<Cluster>(alone) {
+                let at = format!("cluster.{field}");
+                return ProgramError::new(
+                    ErrorCode::BadField,
+                    at.clone(),
+                    format!("{at}: {}", plain_serde(&e.to_string())),
+                );
+            }
+        }
+    }
+    ProgramError::new(ErrorCode::BadField, "cluster", format!("cluster: {}", plain_serde(&e.to_string())))
 }
 
 impl Plan {

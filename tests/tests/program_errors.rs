@@ -84,10 +84,30 @@ fn group_by_out_of_range() {
 fn key_expression_does_not_parse() {
     let e = error_of(&with_nodes(r#""Z": {"op": "rekey", "input": "X", "key": "[k0, 2*]"}"#));
     assert_eq!(e.code, ErrorCode::BadExpression, "{e:?}");
-    assert_eq!(e.at, "Z");
+    assert_eq!(e.at, "Z.key", "the field, not only the node");
     assert!(e.message.contains("column"), "{}", e.message);
     let e = error_of(&with_nodes(r#""Z": {"op": "filter", "input": "X", "predicate": "k0 = = k1"}"#));
     assert_eq!(e.code, ErrorCode::BadExpression, "{e:?}");
+    assert_eq!(e.at, "Z.predicate");
+    let e = error_of(&with_nodes(r#""Z": {"op": "transform", "input": "X", "kernel": "scale(abc)"}"#));
+    assert_eq!(e.at, "Z.kernel", "{e:?}");
+    // serde's words for a number out of range are the API's.
+    let e = error_of(&with_nodes(r#""Z": {"op": "aggregate", "input": "X", "group_by": [-1], "kernel": "matAdd"}"#));
+    assert_err(&e, ErrorCode::BadField, "Z.group_by", &["expected a whole number ≥ 0"]);
+}
+
+/// A cluster field of the wrong type is named, in the API's words.
+#[test]
+fn a_cluster_field_of_the_wrong_type_is_named() {
+    let program = |cluster: &str| {
+        format!(
+            r#"{{"inputs": {{"X": {{"key_bounds": [2], "array_bounds": [2]}}}}, "nodes": {{}}, "outputs": ["X"], "cluster": {cluster}}}"#
+        )
+    };
+    let e = error_of(&program(r#"{"sites": -1}"#));
+    assert_err(&e, ErrorCode::BadField, "cluster.sites", &["-1", "expected a whole number ≥ 0"]);
+    let e = error_of(&program(r#"{"cost_model": "bogus"}"#));
+    assert_err(&e, ErrorCode::BadField, "cluster.cost_model", &["bogus"]);
 }
 
 #[test]

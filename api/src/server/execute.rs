@@ -133,7 +133,8 @@ fn prepare(st: &AppState, body: &[u8]) -> Result<Prepared, ApiError> {
         return Err(too_large(
             "data",
             format!(
-                "the inputs hold {input_floats} floats together; this server executes at most {limit} floats of input"
+                "the inputs hold {input_floats} floats together; this server executes at most {limit} floats of input \
+                 (--max-execute-floats)"
             ),
         ));
     }
@@ -143,7 +144,8 @@ fn prepare(st: &AppState, body: &[u8]) -> Result<Prepared, ApiError> {
             return Err(too_large(
                 name,
                 format!(
-                    "node {name} holds {floats} floats; this server executes programs whose relations hold at most {limit} floats each"
+                    "node {name} holds {floats} floats; this server executes programs whose relations hold at most {limit} \
+                     floats each (--max-execute-floats)"
                 ),
             ));
         }
