@@ -518,6 +518,7 @@ fn kernel_threads(n: usize) -> Result<Arc<rayon::ThreadPool>, String> {
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(n)
         .thread_name(|i| format!("tra-kernel-{i}"))
+        .start_handler(|_| crate::threads::kernels::warm_thread_buffers())
         .build()
         .map_err(|e| format!("cannot start kernel threads: {e}"))?;
     let pool = Arc::new(pool);

@@ -611,6 +611,45 @@ impl GemmBackend {
     }
 }
 
+/// Make this thread's buffers of the built-in GEMM (the `gemm` crate keeps a
+/// packing buffer of the L2 cache's size per thread, made on the thread's
+/// first product): kernel threads call it when they start, so that no run
+/// after the first allocates it, whichever threads the products land on.
+pub fn warm_thread_buffers() {
+    fn warm<T: Elem>() {
+        // Column-major 64×64 operands: the path that packs into the thread's buffer.
+        const N: usize = 64;
+        let a = [T::ONE; N * N];
+        let mut c = [T::ONE; N * N];
+        // SAFETY: every operand is an N×N column-major matrix in its own vector.
+        unsafe {
+            gemm::gemm(
+                N,
+                N,
+                N,
+                c.as_mut_ptr(),
+                N as isize,
+                1,
+                false,
+                a.as_ptr(),
+                N as isize,
+                1,
+                a.as_ptr(),
+                N as isize,
+                1,
+                T::ONE,
+                T::ONE,
+                false,
+                false,
+                false,
+                gemm::Parallelism::None,
+            )
+        }
+    }
+    warm::<f32>();
+    warm::<f64>();
+}
+
 static CHOSEN: OnceLock<Result<GemmBackend, GemmError>> = OnceLock::new();
 static BUILTIN: GemmBackend = GemmBackend::Builtin;
 

@@ -35,7 +35,7 @@ mod matmul;
 
 pub use elementwise::{accumulate, ew_prog, run_prog, Binary, EwProg, First, Unary, CHUNK};
 use elementwise::{binary_into, run_prog_body, unary_inplace};
-pub use gemm_backend::{gemm_backend, GemmBackend, GemmError, GemmRequest};
+pub use gemm_backend::{gemm_backend, warm_thread_buffers, GemmBackend, GemmError, GemmRequest};
 pub use matmul::{matmul_into, matmul_into_par, matmul_with, MatMulKind};
 
 use super::elem::Elem;

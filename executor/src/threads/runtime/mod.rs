@@ -208,6 +208,7 @@ impl<T: Elem> ThreadRuntime<T> {
         let workers = rayon::ThreadPoolBuilder::new()
             .num_threads(threads)
             .thread_name(|i| format!("tra-kernel-{i}"))
+            .start_handler(|_| crate::threads::kernels::warm_thread_buffers())
             .build()
             .expect("cannot start kernel threads");
         ThreadRuntime { pool: Pool::with_limit(pool_bytes), workers, threads }
