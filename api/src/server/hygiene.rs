@@ -138,7 +138,10 @@ impl Hygiene {
                 }
             }
         }
-        if matches!(*req.method(), Method::POST | Method::PUT | Method::PATCH) {
+        // Only a route that takes a body needs a JSON one: a POST to an
+        // unknown route is a 404, to a GET route a 405, whatever it carries.
+        let takes_body = super::ROUTES.iter().any(|(m, p, _)| *m == req.method().as_str() && *p == req.uri().path());
+        if takes_body && matches!(*req.method(), Method::POST | Method::PUT | Method::PATCH) {
             let ct = req.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
             let essence = ct.split(';').next().unwrap_or("").trim();
             if !essence.eq_ignore_ascii_case("application/json") {
@@ -222,5 +225,11 @@ mod tests {
         let e = h.check(&req("POST", Some("localhost:8080"), json, Some("1000000000000"))).unwrap_err();
         assert_eq!((e.status.as_u16(), e.code.as_str()), (413, "body_too_large"));
         assert!(h.check(&req("GET", Some("localhost:8080"), None, None)).is_ok(), "GET needs no content type");
+        // A POST that no route takes is the router's to answer (404 or 405).
+        let mut elsewhere = req("POST", Some("localhost:8080"), Some("text/plain"), None);
+        *elsewhere.uri_mut() = "/nope".parse().unwrap();
+        assert!(h.check(&elsewhere).is_ok(), "no route: 404, not 415");
+        *elsewhere.uri_mut() = "/v1/rules".parse().unwrap();
+        assert!(h.check(&elsewhere).is_ok(), "a GET route: 405, not 415");
     }
 }

@@ -21,6 +21,12 @@ fn dims() -> Value {
     json!({"type": "array", "items": {"type": "integer", "minimum": 0}})
 }
 
+/// Sizes that may be 0: an empty axis of a block, or the frontier of an
+/// empty result (a filter that keeps nothing).
+fn sizes() -> Value {
+    json!({"type": "array", "items": {"type": "integer", "minimum": 0}})
+}
+
 fn bounds() -> Value {
     json!({"type": "array", "items": {"type": "integer", "minimum": 1}})
 }
@@ -98,7 +104,7 @@ pub fn document(config: &ServerConfig) -> Value {
             "type": "object",
             "properties": {
                 "key_bounds": bounds(),
-                "array_bounds": bounds(),
+                "array_bounds": sizes(),
                 "placement": r("Placement")
             },
             "required": ["key_bounds", "array_bounds"],
@@ -349,8 +355,8 @@ pub fn document(config: &ServerConfig) -> Value {
             "type": "object",
             "properties": {
                 "checksum": {"$ref": "#/components/schemas/Float", "description": "The sum of all floats of the output"},
-                "key_bounds": bounds(),
-                "array_bounds": bounds(),
+                "key_bounds": sizes(),
+                "array_bounds": sizes(),
                 "tuples": {"type": "integer", "description": "Tuples present (fewer than the product of key_bounds when the relation has holes)"},
                 "floats": {"type": "integer"},
                 "layout": {"type": "string", "enum": ["dense", "relation"],
