@@ -83,3 +83,14 @@ impl ProgramError {
 
 /// Shorthand for results of program checking.
 pub type Result<T, E = ProgramError> = std::result::Result<T, E>;
+
+/// A user's text as an error message shows it: whole up to 80 characters,
+/// else its first 60 and its length (a 3 MB kernel name made a 6 MB answer).
+pub fn shown(text: &str) -> std::borrow::Cow<'_, str> {
+    let n = text.chars().count();
+    if n <= 80 {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let head: String = text.chars().take(60).collect();
+    std::borrow::Cow::Owned(format!("{head}… ({n} characters)"))
+}

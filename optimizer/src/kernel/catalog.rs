@@ -319,15 +319,20 @@ pub fn lookup(name: &str) -> Option<&'static KernelInfo> {
 
 /// The message of [`KernelError::Unknown`], with a suggestion when one exists.
 pub(super) fn unknown_message(name: &str) -> String {
+    let shown = crate::error::shown(name);
     match suggestion(name) {
-        Some(s) => format!("unknown kernel `{name}`; did you mean `{s}`?"),
-        None => format!("unknown kernel `{name}`"),
+        Some(s) => format!("unknown kernel `{shown}`; did you mean `{s}`?"),
+        None => format!("unknown kernel `{shown}`"),
     }
 }
 
 /// A catalog name close to `name`: equal ignoring case, else the nearest
 /// within two edits (ignoring case).
 pub(super) fn suggestion(name: &str) -> Option<&'static str> {
+    // No catalog name is near a long one (and the distance would cost its length).
+    if name.len() > 64 {
+        return None;
+    }
     let lower = name.to_lowercase();
     if let Some(k) = CATALOG.iter().find(|k| k.name.to_lowercase() == lower) {
         return Some(k.name);

@@ -15,7 +15,7 @@ struct Parser<'a> {
 
 impl<'a> Parser<'a> {
     fn err(&self, what: impl fmt::Display) -> KernelError {
-        KernelError::BadUse(format!("cannot parse kernel `{}`: {what}", self.src))
+        KernelError::BadUse(format!("cannot parse kernel `{}`: {what}", crate::error::shown(self.src)))
     }
 
     fn skip_ws(&mut self) {

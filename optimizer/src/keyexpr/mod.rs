@@ -348,7 +348,8 @@ impl serde::Serialize for KeyFn {
 impl<'de> serde::Deserialize<'de> for KeyFn {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let s = String::deserialize(d)?;
-        KeyFn::parse(&s).map_err(|e| serde::de::Error::custom(format!("bad key expression `{s}`: {e}")))
+        KeyFn::parse(&s)
+            .map_err(|e| serde::de::Error::custom(format!("bad key expression `{}`: {e}", crate::error::shown(&s))))
     }
 }
 
@@ -361,7 +362,8 @@ impl serde::Serialize for Predicate {
 impl<'de> serde::Deserialize<'de> for Predicate {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let s = String::deserialize(d)?;
-        Predicate::parse(&s).map_err(|e| serde::de::Error::custom(format!("bad predicate `{s}`: {e}")))
+        Predicate::parse(&s)
+            .map_err(|e| serde::de::Error::custom(format!("bad predicate `{}`: {e}", crate::error::shown(&s))))
     }
 }
 
