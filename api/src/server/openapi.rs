@@ -267,7 +267,7 @@ pub fn document(config: &ServerConfig) -> Value {
                 "placement": {"type": "string", "description": "Output placement, e.g. `hash[0]`, `replicated`, `any`"},
                 "network_floats": {"type": "integer", "description": "Floats this operator moves"},
                 "flops": {"type": "integer"},
-                "total": {"type": "number", "description": "Its weighted cost"}
+                "total": {"type": "number", "description": "Its share of α·network_floats + β·flops, under either cost model (predicted seconds have no per-operator share)"}
             },
             "required": ["op", "key_bounds", "array_bounds", "tuples", "placement", "network_floats", "flops", "total"]
         },
