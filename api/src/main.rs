@@ -357,7 +357,9 @@ fn optimize_cmd(
         eprintln!("warning [{}] at {}: {}", w.code, w.at, w.message);
     }
     match format {
-        OptimizeFormat::Json => println!("{}", serde_json::to_string_pretty(&answer).unwrap()),
+        OptimizeFormat::Json => {
+            println!("{}", serde_json::to_string_pretty(&tra_api::server::answer_value(&p, &answer)).unwrap())
+        }
         OptimizeFormat::Summary => {
             let v = serde_json::to_value(&answer).expect("JSON");
             println!("{}", tra_api::summary::optimize_summary(&v, p.cluster().sites));

@@ -456,6 +456,13 @@ fn plan_figures(plan: &Plan, program: &Program) -> Option<IndexMap<String, cost:
 /// plan where it is not the first alternative's.
 type Reports = Vec<Option<IndexMap<String, cost::NodeReport>>>;
 
+/// The optimize answer as the service writes it, `report` on the answer and
+/// on every alternative (`tra optimize --format json` prints it too).
+pub fn answer_value(program: &Program, answer: &OptimizeAnswer) -> Value {
+    let reports = answer_reports(program, answer);
+    serde_json::to_value(AnswerOut::new(answer, &reports)).expect("an optimize answer serializes")
+}
+
 fn answer_reports(program: &Program, answer: &OptimizeAnswer) -> Reports {
     let mut reports: Reports = answer.alternatives.iter().map(|a| plan_figures(&a.plan, program)).collect();
     if !answer.alternatives.iter().any(|a| a.plan == answer.plan) {

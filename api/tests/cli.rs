@@ -52,9 +52,11 @@ fn optimize_in_four_formats() {
     let (ok, out, err) = tra(&["optimize", "--format", "json", "examples/matmul-common-large-dim.json"]);
     assert!(ok, "{err}");
     let a: serde_json::Value = serde_json::from_str(&out).unwrap();
-    for f in ["plan", "cost", "alternatives", "rules_applied", "stats"] {
+    // The API's answer: `report` on the answer and on every alternative too.
+    for f in ["plan", "cost", "alternatives", "rules_applied", "stats", "report"] {
         assert!(a.get(f).is_some(), "missing {f}");
     }
+    assert!(a["alternatives"].as_array().unwrap().iter().all(|alt| alt["report"].is_object()), "{a}");
     assert_eq!(a["stats"]["stop_reason"], "saturated");
     let (ok, out, _) = tra(&["optimize", "--format", "text", "examples/matmul.json"]);
     assert!(ok && out.contains("cost:") && out.contains("alternatives:"), "{out}");
