@@ -115,7 +115,7 @@ pub fn check_program(p: &Program) -> Result<TypedProgram> {
             return Err(ProgramError::new(
                 ErrorCode::BadField,
                 format!("cluster.{f}"),
-                format!("cluster.{f} is {w}; it must be a number between 0 and {MAX_WEIGHT:e}"),
+                format!("cluster.{f} is {w:?}; it must be a number between 0 and {MAX_WEIGHT:e}"),
             ));
         }
     }

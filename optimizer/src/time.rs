@@ -296,7 +296,7 @@ impl Profile {
             if v.is_finite() && v >= 1.0 {
                 Ok(())
             } else {
-                Err((name, format!("profile.{name} must be a finite rate of at least 1 per second, got {v}")))
+                Err((name, format!("profile.{name} must be a finite rate of at least 1 per second, got {v:?}")))
             }
         };
         positive("link_bytes_per_second", self.link_bytes_per_second)?;
@@ -312,7 +312,7 @@ impl Profile {
             [("latency_seconds", Some(self.latency_seconds)), ("job_overhead_seconds", self.job_overhead_seconds)]
         {
             if let Some(t) = t.filter(|t| !(0.0..=MAX_SECONDS).contains(t)) {
-                return Err((name, format!("profile.{name} must be between 0 and {MAX_SECONDS:e} seconds, got {t}")));
+                return Err((name, format!("profile.{name} must be between 0 and {MAX_SECONDS} seconds, got {t:?}")));
             }
         }
         for (name, v) in [
