@@ -474,9 +474,20 @@ fn top_field<'a>(obj: &'a serde_json::Map<String, serde_json::Value>, f: &str) -
 }
 
 fn parse_outputs(value: &serde_json::Value) -> Result<Vec<String>> {
-    serde_json::from_value(value.clone()).map_err(|e| {
+    let outputs: Vec<String> = serde_json::from_value(value.clone()).map_err(|e| {
         ProgramError::new(ErrorCode::BadField, "outputs", format!("`outputs` must be a list of names: {e}"))
-    })
+    })?;
+    // Answers are keyed by output name: a name listed twice would come back once.
+    for (i, name) in outputs.iter().enumerate() {
+        if outputs[..i].contains(name) {
+            return Err(ProgramError::new(
+                ErrorCode::BadField,
+                format!("outputs[{i}]"),
+                format!("output `{}` is listed twice in `outputs`", crate::error::shown(name)),
+            ));
+        }
+    }
+    Ok(outputs)
 }
 
 impl Program {

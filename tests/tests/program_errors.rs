@@ -96,6 +96,15 @@ fn key_expression_does_not_parse() {
     assert_err(&e, ErrorCode::BadField, "Z.group_by", &["expected a whole number ≥ 0"]);
 }
 
+/// An output listed twice is refused (answers are keyed by output name:
+/// it came back once, without a word).
+#[test]
+fn an_output_listed_twice_is_named() {
+    let e =
+        error_of(r#"{"inputs": {"X": {"key_bounds": [2], "array_bounds": [2]}}, "nodes": {}, "outputs": ["X", "X"]}"#);
+    assert_err(&e, ErrorCode::BadField, "outputs[1]", &["`X` is listed twice"]);
+}
+
 /// A cluster field of the wrong type is named, in the API's words.
 #[test]
 fn a_cluster_field_of_the_wrong_type_is_named() {
