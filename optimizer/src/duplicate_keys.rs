@@ -73,9 +73,9 @@ impl<'de> Visitor<'de> for Walk {
         while let Some(key) = map.next_key::<String>()? {
             if seen.contains(&key) {
                 let at = self.at(&key);
-                let shown: String = key.chars().take(64).collect();
                 return Err(A::Error::custom(format!(
-                    "{MARK}{at}\u{0}the key `{shown}` is written twice in one object (JSON keeps only the last)"
+                    "{MARK}{at}\u{0}the key `{}` is written twice in one object (JSON keeps only the last)",
+                    crate::error::shown(&key)
                 )));
             }
             let mut path = self.path.clone();

@@ -523,7 +523,11 @@ impl Program {
             return Err(ProgramError::new(
                 ErrorCode::BadField,
                 unknown.as_str(),
-                format!("unknown top-level field `{unknown}`{hint} (the fields are {})", known.join(", ")),
+                format!(
+                    "unknown top-level field `{}`{hint} (the fields are {})",
+                    crate::error::shown(unknown),
+                    known.join(", ")
+                ),
             ));
         }
         let inputs = parse_inputs(top_field(obj, "inputs")?)?;
@@ -551,33 +555,24 @@ impl Program {
 /// fault when it is one (serde names the value, not the field, of a number
 /// out of its type's range: `-1` for a count of threads), else `cluster`.
 fn cluster_error(cluster: &serde_json::Value, e: serde_json::Error) -> ProgramError {
-    if let Some(profile) = cluster.get("profile").and_then(serde_json::Value::as_object) {
-        for (field, value) in profile {
-            let alone = serde_json::Value::Object([(field.clone(), value.clone())].into_iter().collect());
-            if let Err(e) = serde_json::from_value::<crate::time::Profile>(alone) {
-                let at = format!("cluster.profile.{field}");
-                return ProgramError::new(
-                    ErrorCode::BadField,
-                    at.clone(),
-                    format!("{at}: {}", plain_serde(&e.to_string())),
-                );
-            }
-        }
-    }
-    if let Some(fields) = cluster.as_object() {
-        for (field, value) in fields.iter().filter(|(f, _)| f.as_str() != "profile") {
-            let alone = serde_json::Value::Object([(field.clone(), value.clone())].into_iter().collect());
-            if let Err(e) = serde_json::from_value::<Cluster>(alone) {
-                let at = format!("cluster.{field}");
-                return ProgramError::new(
-                    ErrorCode::BadField,
-                    at.clone(),
-                    format!("{at}: {}", plain_serde(&e.to_string())),
-                );
-            }
-        }
-    }
-    ProgramError::new(ErrorCode::BadField, "cluster", format!("cluster: {}", plain_serde(&e.to_string())))
+    let profile = cluster.get("profile").and_then(|p| field_alone_fails::<crate::time::Profile>(p, "cluster.profile"));
+    let field = || field_alone_fails::<Cluster>(cluster, "cluster");
+    let (at, why) = profile.or_else(field).unwrap_or_else(|| ("cluster".to_string(), plain_serde(&e.to_string())));
+    ProgramError::new(ErrorCode::BadField, at.clone(), format!("{at}: {why}"))
+}
+
+/// The first field of `object` that does not parse as a `T` holding it alone
+/// (the others defaulted), as `prefix.field`, with the reason. A nested
+/// object is not a field's fault here (its own fields are read apart).
+fn field_alone_fails<T: for<'de> Deserialize<'de>>(
+    object: &serde_json::Value,
+    prefix: &str,
+) -> Option<(String, String)> {
+    object.as_object()?.iter().filter(|(_, v)| !v.is_object()).find_map(|(field, value)| {
+        let alone = serde_json::Value::Object([(field.clone(), value.clone())].into_iter().collect());
+        let e = serde_json::from_value::<T>(alone).err()?;
+        Some((format!("{prefix}.{field}"), plain_serde(&e.to_string())))
+    })
 }
 
 impl Plan {
