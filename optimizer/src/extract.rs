@@ -33,17 +33,16 @@ use crate::egraph::{ExtractedPlan, Ia, TraEGraph};
 use egg::{Id, Language, RecExpr};
 use indexmap::IndexMap;
 use rustc_hash::FxHashMap as HashMap;
-use std::rc::Rc;
 
-/// Class → its chosen node (an index into [`NodeCosts`], which holds the
-/// node's own cost), for every class a plan uses, sorted by class (a sorted
-/// vector: sets are built by merging the children's, which is linear, and
-/// summed in class order). An index, not the cost itself: sets are copied
-/// and merged for every node visited, and an entry is 8 bytes, not 40.
-type CostSet = Rc<Vec<(Id, u32)>>;
+/// Class → its chosen node (an index into [`NodeCosts`]), for every class a
+/// plan uses, sorted by class (a sorted vector: sets are built by merging
+/// the children's, which is linear, and summed in class order). An index,
+/// not the cost itself: sets are copied and merged for every node visited.
+type CostSet = Vec<(Id, u32)>;
 
-fn total(set: &[(Id, u32)], costs: &NodeCosts) -> Cost {
-    set.iter().fold(Cost::default(), |a, &(_, i)| a + costs.0[i as usize].2)
+/// The sum of the own costs of a set's nodes, in class order.
+fn total(set: &[(Id, u32)], own: &[Cost]) -> Cost {
+    set.iter().fold(Cost::default(), |a, &(_, i)| a + own[i as usize])
 }
 
 fn set_contains(set: &[(Id, u32)], class: Id) -> bool {
@@ -80,8 +79,8 @@ fn merge_into(acc: &mut Vec<(Id, u32)>, more: &[(Id, u32)], scratch: &mut Vec<(I
 
 /// The chosen node of every class that has an executable plan.
 pub struct Choice {
-    /// By class id (`None`: no executable plan).
-    best: Vec<Option<(Ia, CostSet, Cost)>>,
+    /// By class id (`None`: no executable plan): the node and its plan's cost.
+    best: Vec<Option<(Ia, Cost)>>,
 }
 
 /// Find, for every class, its cheapest executable node under DAG cost,
@@ -102,6 +101,8 @@ struct Shape {
     children: Vec<Vec<Id>>,
     /// The nodes with a child in each class, by class id.
     parents: Vec<Vec<usize>>,
+    /// Each node's own cost, contiguous (the sums over sets read only these).
+    own: Vec<Cost>,
 }
 
 impl NodeCosts {
@@ -115,7 +116,8 @@ impl NodeCosts {
                     parents[usize::from(*child)].push(i);
                 }
             }
-            Shape { children, parents }
+            let own = self.0.iter().map(|(_, _, c)| *c).collect();
+            Shape { children, parents, own }
         })
     }
 }
@@ -147,19 +149,23 @@ impl NodeCosts {
 
 /// [`choose`] with the node costs given.
 pub fn choose_among(eg: &TraEGraph, costs: &NodeCosts, allow: &dyn Fn(&TraEGraph, Id, &Ia) -> bool) -> Choice {
-    // Per class id: the index of its best node so far, that node's cost set
-    // and total.
-    let mut best: Vec<Option<(usize, CostSet, Cost)>> = vec![None; eg.nodes().len()];
-    let Shape { children, parents } = costs.shape(eg);
+    let classes = eg.nodes().len();
+    // Per class id: the index of its best node so far and that node's plan's
+    // total; its cost set apart (`sets`), so that the storage of a set
+    // replaced is reused for the next one built.
+    let mut best: Vec<Option<(usize, Cost)>> = vec![None; classes];
+    let mut sets: Vec<CostSet> = vec![Vec::new(); classes];
+    let Shape { children, parents, own } = costs.shape(eg);
     let allowed: Vec<bool> = costs.0.iter().map(|(id, node, _)| allow(eg, *id, node)).collect();
     let mut pending: Vec<bool> = allowed.clone();
     let mut scratch: Vec<(Id, u32)> = Vec::new();
     let mut set: Vec<(Id, u32)> = Vec::new();
+    let mut changed: Vec<Id> = Vec::new();
     // Past the request's deadline the passes stop early; the caller sees
     // `deadline::expired()` and discards the partial choice.
     let mut ticker = crate::deadline::Ticker::default();
     'passes: loop {
-        let mut changed: Vec<Id> = Vec::new();
+        changed.clear();
         for (i, (cid, _, _)) in costs.0.iter().enumerate() {
             if ticker.tick() {
                 break 'passes;
@@ -168,49 +174,44 @@ pub fn choose_among(eg: &TraEGraph, costs: &NodeCosts, allow: &dyn Fn(&TraEGraph
                 continue;
             }
             pending[i] = false;
+            // Every child needs a plan not using this class.
+            let kids = &children[i];
+            if !kids.iter().all(|c| best[usize::from(*c)].is_some() && !set_contains(&sets[usize::from(*c)], *cid)) {
+                continue;
+            }
             // Built in `set`, which is kept (and its storage reused) when
             // the node does not improve its class.
             set.clear();
-            let mut ok = true;
-            for (n, child) in children[i].iter().enumerate() {
-                match &best[usize::from(*child)] {
-                    Some((_, s, _)) if !set_contains(s, *cid) => {
-                        if n == 0 {
-                            set.reserve(s.len() + 1);
-                            set.extend_from_slice(s);
-                        } else {
-                            merge_into(&mut set, s, &mut scratch);
-                        }
-                    }
-                    _ => {
-                        ok = false;
-                        break;
-                    }
+            for (n, child) in kids.iter().enumerate() {
+                let s = &sets[usize::from(*child)];
+                if n == 0 {
+                    set.reserve(s.len() + 1);
+                    set.extend_from_slice(s);
+                } else {
+                    merge_into(&mut set, s, &mut scratch);
                 }
-            }
-            if !ok {
-                continue;
             }
             // `cid` is in no child's set (checked above).
             let at = set.partition_point(|(k, _)| *k < *cid);
             set.insert(at, (*cid, i as u32));
-            let t = total(&set, costs);
-            let slot = &mut best[usize::from(*cid)];
-            if slot.as_ref().is_none_or(|(_, _, old)| t.lt(old)) {
-                *slot = Some((i, Rc::new(std::mem::take(&mut set)), t));
+            let t = total(&set, own);
+            let c = usize::from(*cid);
+            if best[c].as_ref().is_none_or(|(_, old)| t.lt(old)) {
+                best[c] = Some((i, t));
+                std::mem::swap(&mut sets[c], &mut set);
                 changed.push(*cid);
             }
         }
         if changed.is_empty() {
             break;
         }
-        for c in changed {
-            for &i in &parents[usize::from(c)] {
+        for c in &changed {
+            for &i in &parents[usize::from(*c)] {
                 pending[i] = allowed[i];
             }
         }
     }
-    let best = best.into_iter().map(|b| b.map(|(i, set, t)| (costs.0[i].1.clone(), set, t))).collect();
+    let best = best.into_iter().map(|b| b.map(|(i, t)| (costs.0[i].1.clone(), t))).collect();
     Choice { best }
 }
 
@@ -225,18 +226,18 @@ pub struct NoPlan {
 }
 
 impl Choice {
-    fn get(&self, class: Id) -> Option<&(Ia, CostSet, Cost)> {
+    fn get(&self, class: Id) -> Option<&(Ia, Cost)> {
         self.best.get(usize::from(class))?.as_ref()
     }
 
     /// The cost of the best plan of a class (tree of choices, shared classes once).
     pub fn cost_of(&self, class: Id) -> Option<Cost> {
-        self.get(class).map(|(_, _, c)| *c)
+        self.get(class).map(|(_, c)| *c)
     }
 
     /// The chosen node of a class.
     pub fn node(&self, class: Id) -> Option<&Ia> {
-        self.get(class).map(|(n, _, _)| n)
+        self.get(class).map(|(n, _)| n)
     }
 
     /// Build the plan for several roots (shared classes appear once), or the
