@@ -522,6 +522,25 @@ async fn unknown_top_level_fields_and_keys_written_twice_are_refused_by_name() {
     assert_eq!(post(addr, "/v1/execute", &req).await.status, 200);
 }
 
+/// A matrix product summed as it is made holds no relation of its products:
+/// they are not counted against `--max-execute-floats` (the docs' example,
+/// 64 M floats of products on a server taking 50 M, runs as it ships; here
+/// in small: 256 floats of products under a limit of 200).
+#[tokio::test]
+async fn the_products_of_a_matmul_summed_as_made_are_not_counted_against_the_float_limit() {
+    let addr = start(ServerConfig { max_execute_floats: 200, ..ServerConfig::default() }).await;
+    let r = post(addr, "/v1/execute", &matmul([4, 4], [4, 4], 2, 4)).await;
+    assert_eq!(r.status, 200, "{}", r.json());
+    let a = r.json();
+    let fused: Vec<&Value> = a["operators"].as_array().unwrap().iter().filter(|o| !o["fused_into"].is_null()).collect();
+    assert_eq!(fused.len(), 1, "the plan's join runs inside its aggregation: {}", a["operators"]);
+    // The same product read twice (by its sum and as an output) is held.
+    let mut twice = matmul([4, 4], [4, 4], 2, 4);
+    twice["outputs"] = json!(["Z", "XY"]);
+    let e = post(addr, "/v1/execute", &twice).await.error(413);
+    assert_eq!((e["code"].as_str(), e["at"].as_str()), (Some("data_too_large"), Some("XY")), "{e}");
+}
+
 #[tokio::test]
 async fn execute_refuses_bad_or_too_much_data() {
     let addr = start(ServerConfig { max_execute_floats: 1000, ..ServerConfig::default() }).await;

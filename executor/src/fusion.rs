@@ -8,34 +8,71 @@
 //! other consumer and is not a plan output. Both runtimes take this decision
 //! from here, so that they fuse the same nodes and report the same
 //! `fused_into` figures.
+//!
+//! The service's admission of an execution reads the same decision: a
+//! fused join's products are never held, so they are not counted against
+//! its limits ([`fusable_program_joins`] before a plan is chosen,
+//! [`fused_joins`] after).
 
 use crate::threads::kernels::MatMulKind;
 use crate::threads::local::is_mat_add;
-use std::collections::{BTreeMap, HashMap};
-use tra_optimizer::program::{IaOp, Operator as _, Plan};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use tra_optimizer::kernel::KernelRef;
+use tra_optimizer::program::{IaOp, Operator, Plan, Program, TraOp};
 
-/// The joins that run fused into the aggregation that follows them: for each
-/// such aggregation, by name, the name of its join.
-pub(crate) fn fused_joins(plan: &Plan) -> BTreeMap<String, String> {
+/// Whether a join with kernel `join` whose only consumer is an aggregation
+/// with kernel `aggregate` runs fused into it.
+fn fuses(join: &KernelRef, aggregate: &KernelRef) -> bool {
+    is_mat_add(aggregate) && MatMulKind::of(join).is_some()
+}
+
+/// How many operators read each operand, by name.
+fn consumers<'a, O: Operator + 'a>(ops: impl Iterator<Item = &'a O>) -> HashMap<&'a str, usize> {
     let mut consumers: HashMap<&str, usize> = HashMap::new();
-    for op in plan.nodes.values() {
+    for op in ops {
         for operand in op.operands() {
             *consumers.entry(operand).or_default() += 1;
         }
     }
+    consumers
+}
+
+/// The joins that run fused into the aggregation that follows them: for each
+/// such aggregation, by name, the name of its join.
+pub fn fused_joins(plan: &Plan) -> BTreeMap<String, String> {
+    let consumers = consumers(plan.nodes.values());
     let mut fused = BTreeMap::new();
     for (name, op) in &plan.nodes {
         let IaOp::LocalAggregate { input, kernel, .. } = op else { continue };
         let Some(IaOp::LocalJoin { kernel: join_kernel, .. }) = plan.nodes.get(input) else { continue };
-        let fusable = is_mat_add(kernel)
-            && MatMulKind::of(join_kernel).is_some()
+        if fuses(join_kernel, kernel)
             && consumers.get(input.as_str()) == Some(&1)
-            && !plan.outputs.iter().any(|o| o == input);
-        if fusable {
+            && !plan.outputs.iter().any(|o| o == input)
+        {
             fused.insert(name.clone(), input.clone());
         }
     }
     fused
+}
+
+/// The joins of a TRA program that a plan can run fused: a matrix product
+/// read only by a sum of its products (and not an output). Whether the
+/// chosen plan does depends on its strategy (a plan that shuffles the
+/// products before summing them holds them): [`fused_joins`] of the plan says.
+pub fn fusable_program_joins(program: &Program) -> BTreeSet<String> {
+    let consumers = consumers(program.nodes.values());
+    program
+        .nodes
+        .values()
+        .filter_map(|op| {
+            let TraOp::Aggregate { input, kernel, .. } = op else { return None };
+            let Some(TraOp::Join { kernel: join_kernel, .. }) = program.nodes.get(input) else { return None };
+            (fuses(join_kernel, kernel)
+                && consumers.get(input.as_str()) == Some(&1)
+                && !program.outputs.iter().any(|o| o == input))
+            .then(|| input.clone())
+        })
+        .collect()
 }
 
 #[cfg(test)]

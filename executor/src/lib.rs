@@ -13,7 +13,7 @@
 #![warn(missing_docs)]
 
 pub mod cluster;
-mod fusion;
+pub mod fusion;
 pub mod kernels;
 pub mod npy;
 pub mod panics;

@@ -21,6 +21,7 @@
 use super::ApiError;
 use axum::http::StatusCode;
 use indexmap::IndexMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -107,17 +108,22 @@ impl Estimate {
 }
 
 /// The estimate of a checked TRA program before optimization: its inputs and
-/// outputs as reference data and executor blocks, every node's value once,
-/// and the sites. A lower bound of the plan's estimate, used to refuse a
-/// request before optimizing it.
+/// outputs as reference data and executor blocks, every node's value once
+/// but those of `fusable` (joins whose products a plan can sum as it makes
+/// them: `tra_executor::fusion`), and the sites. A lower bound of the
+/// plan's estimate, used to refuse a request before optimizing it.
 pub fn estimate_program(
     inputs: &[&str],
     types: &IndexMap<String, RelType>,
     outputs: &[String],
     sites: usize,
+    fusable: &BTreeSet<String>,
 ) -> Estimate {
     let mut e = Estimate::new();
     for (name, t) in types {
+        if fusable.contains(name) {
+            continue;
+        }
         if inputs.contains(&name.as_str()) {
             e.relation(name, t);
         } else {
@@ -140,13 +146,19 @@ pub fn estimate_program(
 /// [`estimate_program`], and every plan node's value (every partial copy
 /// counted): new blocks for the operators that compute them, tuple overhead
 /// alone for those that share their operand's blocks (exchanges, filters,
-/// key-only maps; an exchange twice, for its routing).
-pub fn estimate_plan(plan: &Plan, typed: &TypedPlan, sites: usize) -> Estimate {
+/// key-only maps; an exchange twice, for its routing). The joins run fused
+/// into their aggregation (`fused`, by aggregation: the executor's
+/// [`tra_executor::fusion::fused_joins`]) hold nothing: each product is
+/// added into the aggregation's output block as it is made.
+pub fn estimate_plan(plan: &Plan, typed: &TypedPlan, sites: usize, fused: &BTreeMap<String, String>) -> Estimate {
     let mut e = Estimate::new();
     for name in plan.inputs.keys() {
         e.relation(name, &typed.types[name].rel);
     }
     for (name, op) in &plan.nodes {
+        if fused.values().any(|join| join == name) {
+            continue;
+        }
         let t = &typed.types[name];
         let n = t.tuples;
         let (per_tuple, new_blocks) = match op {
@@ -466,7 +478,7 @@ mod tests {
         )
         .unwrap();
         let t = check_program(&p).unwrap();
-        let e = estimate_program(&["X"], &t.types, &p.outputs, 4);
+        let e = estimate_program(&["X"], &t.types, &p.outputs, 4, &BTreeSet::new());
         // 16.8 M floats, but ~600 bytes a tuple: about 10 GB, not 134 MB.
         assert!(e.bytes > 9 << 30, "{}", human(e.bytes));
         assert_eq!(e.heaviest.0, "X");

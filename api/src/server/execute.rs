@@ -9,14 +9,17 @@ use super::{json_float, parse_json, ApiError, AppState, JsonBody};
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
+use indexmap::IndexMap;
 use ndarray::{ArrayD, Axis, IxDyn, Slice};
 use serde_json::{json, Map, Value};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Instant;
+use tra_executor::fusion;
 use tra_executor::reference::{all_keys, random_relation, AnyLayout, Block, InterpError, Relation};
 use tra_executor::threads::{RunOptions, TRelation};
-use tra_optimizer::check::{check_plan, check_program};
+use tra_optimizer::check::{check_plan, check_program, TypedPlan};
 use tra_optimizer::deadline::{self, Deadline};
+use tra_optimizer::program::IaOp;
 use tra_optimizer::types::RelType;
 use tra_optimizer::{Plan, Program};
 
@@ -138,7 +141,10 @@ fn prepare(st: &AppState, body: &[u8]) -> Result<Prepared, ApiError> {
             ),
         ));
     }
-    for name in program.nodes.keys() {
+    // A matrix product summed as it is made holds nothing: whether the
+    // chosen plan does is checked once there is one.
+    let fusable = fusion::fusable_program_joins(&program);
+    for name in program.nodes.keys().filter(|n| !fusable.contains(*n)) {
         let floats = typed.types[name.as_str()].floats();
         if floats > limit {
             return Err(too_large(
@@ -151,7 +157,7 @@ fn prepare(st: &AppState, body: &[u8]) -> Result<Prepared, ApiError> {
         }
     }
     let inputs: Vec<&str> = program.inputs.keys().map(String::as_str).collect();
-    let rough = admission::estimate_program(&inputs, &typed.types, &program.outputs, sites);
+    let rough = admission::estimate_program(&inputs, &typed.types, &program.outputs, sites, &fusable);
     if rough.bytes > config.execute_memory_bytes {
         return Err(admission::too_much_memory(&rough, config.execute_memory_bytes));
     }
@@ -170,7 +176,11 @@ fn prepare(st: &AppState, body: &[u8]) -> Result<Prepared, ApiError> {
             ApiError::internal(format!("the chosen plan does not check: {} at {}", e.message, e.at))
         }
     })?;
-    let estimate = admission::estimate_plan(&plan, &typed_plan, sites);
+    let fused = fusion::fused_joins(&plan);
+    if let Some(e) = products_held(&program, &typed.types, &fusable, &plan, &typed_plan, &fused, &answer, limit) {
+        return Err(e);
+    }
+    let estimate = admission::estimate_plan(&plan, &typed_plan, sites, &fused);
     if estimate.bytes > config.execute_memory_bytes {
         return Err(admission::too_much_memory(&estimate, config.execute_memory_bytes));
     }
@@ -184,6 +194,38 @@ fn prepare(st: &AppState, body: &[u8]) -> Result<Prepared, ApiError> {
         estimate,
         optimize_ms,
     })
+}
+
+/// The refusal of a plan that holds the products of a matrix product over
+/// the float limit: the program's join (its products deferred from the
+/// check before optimizing) that the plan computes apart from its sum.
+#[allow(clippy::too_many_arguments)]
+fn products_held(
+    program: &Program,
+    types: &IndexMap<String, RelType>,
+    fusable: &BTreeSet<String>,
+    plan: &Plan,
+    typed_plan: &TypedPlan,
+    fused: &BTreeMap<String, String>,
+    answer: &Value,
+    limit: u64,
+) -> Option<ApiError> {
+    let (join, floats) = fusable.iter().map(|n| (n, types[n.as_str()].floats())).find(|(_, f)| *f > limit)?;
+    let (held, _) = plan.nodes.iter().find(|(name, op)| {
+        matches!(op, IaOp::LocalJoin { .. })
+            && !fused.values().any(|j| j == *name)
+            && typed_plan.types[name.as_str()].rel.floats() > limit
+    })?;
+    let label = answer["alternatives"][0]["label"].as_str().unwrap_or("the chosen plan");
+    debug_assert!(program.nodes.contains_key(join));
+    Some(too_large(
+        join,
+        format!(
+            "node {join} holds {floats} floats, and the chosen plan ({label}) holds them: its operator {held} makes the \
+             products apart from their sum; this server executes programs whose relations hold at most {limit} floats \
+             each (--max-execute-floats)"
+        ),
+    ))
 }
 
 /// Timings, operators, floats moved per exchange and in all, output summaries.
@@ -555,6 +597,60 @@ mod tests {
         let back = to_dense(&r1, &[2, 2], &[2, 2]);
         assert_eq!(back.iter().copied().collect::<Vec<_>>(), dense);
         assert!(cut(&[4, 5], vec![0.0; 20], &t).unwrap_err().contains("expected"));
+    }
+
+    /// A matmul of 4×4 keys of 2×2 blocks on 4 sites: inputs of 128 floats
+    /// together, products (`XY`) of 256, the sum of 64.
+    fn matmul_program() -> Program {
+        Program::from_json(
+            r#"{"inputs": {"X": {"key_bounds": [4, 4], "array_bounds": [2, 2]},
+                           "Y": {"key_bounds": [4, 4], "array_bounds": [2, 2]}},
+                "nodes": {"XY": {"op": "join", "left": "X", "right": "Y", "left_keys": [1], "right_keys": [0], "kernel": "matMul"},
+                          "Z": {"op": "aggregate", "input": "XY", "group_by": [0, 2], "kernel": "matAdd"}},
+                "outputs": ["Z"], "cluster": {"sites": 4}}"#,
+        )
+        .unwrap()
+    }
+
+    /// `X` and `Y` joined by `n0`, then `between` (nodes reading `n0`
+    /// and named up to `last`), summed into `Z`.
+    fn plan(between: &str, last: &str) -> Plan {
+        Plan::from_json(&format!(
+            r#"{{"inputs": {{"X": {{"key_bounds": [4, 4], "array_bounds": [2, 2], "placement": "replicated"}},
+                            "Y": {{"key_bounds": [4, 4], "array_bounds": [2, 2], "placement": {{"hash": [1]}}}}}},
+                "nodes": {{"n0": {{"op": "local_join", "left": "X", "right": "Y", "left_keys": [1], "right_keys": [0], "kernel": "matMul"}},
+                          {between}
+                          "Z": {{"op": "local_aggregate", "input": "{last}", "group_by": [0, 2], "kernel": "matAdd"}}}},
+                "outputs": ["Z"]}}"#
+        ))
+        .unwrap()
+    }
+
+    /// The products of a matrix product are not counted against the float
+    /// limit when the plan sums them as it makes them, and are when it
+    /// holds them (here: shuffles them before the sum); then the refusal
+    /// names the program's join and the plan's operator.
+    #[test]
+    fn a_matrix_product_counts_against_the_float_limit_only_where_the_plan_holds_it() {
+        let program = matmul_program();
+        let typed = check_program(&program).unwrap();
+        let fusable = fusion::fusable_program_joins(&program);
+        assert_eq!(fusable.iter().collect::<Vec<_>>(), ["XY"]);
+        let answer = json!({"alternatives": [{"label": "BMM"}]});
+        let held = |plan: &Plan, limit: u64| {
+            let typed_plan = check_plan(plan, 4).unwrap_or_else(|e| panic!("{e:?}"));
+            let fused = fusion::fused_joins(plan);
+            products_held(&program, &typed.types, &fusable, plan, &typed_plan, &fused, &answer, limit)
+        };
+        let summed = plan("", "n0");
+        assert!(held(&summed, 200).is_none(), "fused: the 256 floats of products are never held");
+        let shuffled = plan(r#""n1": {"op": "shuffle", "input": "n0", "dims": [0, 2]},"#, "n1");
+        let e = held(&shuffled, 200).expect("the products are held before the shuffle");
+        assert_eq!((e.status.as_u16(), e.code.as_str(), e.at.as_str()), (413, "data_too_large", "XY"));
+        for part in ["node XY holds 256 floats", "(BMM)", "operator n0", "--max-execute-floats"] {
+            assert!(e.message.contains(part), "{part} in: {}", e.message);
+        }
+        assert!(held(&shuffled, 256).is_none(), "within the limit");
     }
 
     #[test]

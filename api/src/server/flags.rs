@@ -45,7 +45,8 @@ pub struct ServeArgs {
     /// Most wall time of one execution after its optimization, in milliseconds (503 past it).
     #[arg(long, default_value_t = 60_000)]
     pub execute_ms: u64,
-    /// Most floats of data one `/v1/execute` may hold (input data, and any one relation).
+    /// Most floats of data one `/v1/execute` may hold (input data, and any one
+    /// relation; a matrix product summed as it is made holds none of its products).
     #[arg(long, default_value_t = 50_000_000)]
     pub max_execute_floats: u64,
     /// Memory, in bytes, the executions in flight may use together, estimated

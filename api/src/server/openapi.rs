@@ -454,7 +454,8 @@ pub fn document(config: &ServerConfig) -> Value {
     });
     let mut execute_errors = optimize_errors.clone();
     execute_errors["413"] = error_response(&format!(
-        "Body larger than {body_limit} (body_too_large), or inputs (or a relation of the program) larger than {} floats, \
+        "Body larger than {body_limit} (body_too_large), or inputs (or a relation of the program, the products of a matrix product \
+         summed as they are made not counted) larger than {} floats, \
          or an execution estimated at more than the execution memory budget of {} bytes (data_too_large; `at` names \
          the heaviest input or node)",
         config.max_execute_floats, config.execute_memory_bytes
