@@ -254,7 +254,7 @@ pub fn document(config: &ServerConfig) -> Value {
                     "description": "Per site (index = site), what the site does over this whole plan"},
                 "report": r("PlanReport")
             },
-            "required": ["label", "plan", "cost", "site_loads"]
+            "required": ["label", "strategy", "plan", "cost", "built_by", "site_loads", "report"]
         },
         "NodeReport": {
             "type": "object",
@@ -310,7 +310,7 @@ pub fn document(config: &ServerConfig) -> Value {
                 "stats": r("Stats"),
                 "report": r("PlanReport")
             },
-            "required": ["plan", "cost", "site_loads", "alternatives", "rules_applied", "warnings", "stats"]
+            "required": ["plan", "cost", "site_loads", "alternatives", "rules_applied", "warnings", "stats", "report"]
         },
         "Warning": {
             "type": "object",
@@ -364,7 +364,7 @@ pub fn document(config: &ServerConfig) -> Value {
                 "data": {"$ref": "#/components/schemas/NestedArray",
                     "description": "Present when the output holds at most 10,000 floats; holes are zero-filled"}
             },
-            "required": ["checksum", "key_bounds", "array_bounds"]
+            "required": ["checksum", "key_bounds", "array_bounds", "tuples", "floats"]
         },
         "ExecuteAnswer": {
             "type": "object",
@@ -383,12 +383,17 @@ pub fn document(config: &ServerConfig) -> Value {
                 "sites": {"type": "integer"},
                 "plan": r("Plan"),
                 "cost": r("Cost"),
+                "report": r("PlanReport"),
                 "outputs": {"type": "object", "additionalProperties": r("OutputValue")},
+                "estimated_memory_bytes": {"type": "integer",
+                    "description": "The memory the execution was estimated to need, what it held of the execution memory budget while it ran"},
                 "runtime": {"type": "string", "enum": ["threads", "cluster"],
                     "description": "Where the plan ran: worker threads of the server, or the cluster of `tra serve --hosts`"},
                 "warnings": {"type": "array", "items": r("Warning"), "description": "As in OptimizeAnswer"}
             },
-            "required": ["timings_ms", "network_floats_measured", "network_floats_predicted", "outputs", "warnings"]
+            "required": ["timings_ms", "measured_seconds", "operators", "optimize_ms", "network_floats_measured",
+                         "network_floats_predicted", "floats_moved", "sites", "plan", "cost", "report", "outputs",
+                         "estimated_memory_bytes", "runtime", "warnings"]
         },
         "Rule": {
             "type": "object",
