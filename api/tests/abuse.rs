@@ -302,9 +302,12 @@ fn small_requests_cannot_take_the_server_down() {
     // 3. Distinct programs with large answers: the cache holds its budget of bytes.
     for i in 0..12 {
         t.one("large distinct answers", &mut server, || {
-            let name = format!("{}{i}", "X".repeat(100_000));
-            let p = json!({"inputs": {name.clone(): {"key_bounds": [2, 2], "array_bounds": [2, 2]}},
-                           "nodes": {"S": {"op": "aggregate", "input": name, "group_by": [0], "kernel": "matAdd"}},
+            // A thousand inputs of long names (at most 256 bytes), echoed in every plan.
+            let names: Vec<String> = (0..1000).map(|j| format!("{}{i}_{j}", "X".repeat(240))).collect();
+            let inputs: serde_json::Map<String, serde_json::Value> =
+                names.iter().map(|n| (n.clone(), json!({"key_bounds": [2, 2], "array_bounds": [2, 2]}))).collect();
+            let p = json!({"inputs": inputs,
+                           "nodes": {"S": {"op": "aggregate", "input": names[0], "group_by": [0], "kernel": "matAdd"}},
                            "outputs": ["S"]});
             let r = post(addr, "/v1/optimize", &p);
             assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body[..r.body.len().min(300)]));

@@ -9,6 +9,10 @@ use indexmap::IndexMap;
 /// The most nodes a program or plan may have.
 pub const MAX_NODES: usize = 10_000;
 
+/// The longest name of an input or node, in bytes: names are echoed in
+/// errors, reports and plans.
+pub const MAX_NAME_BYTES: usize = 256;
+
 /// A checked TRA program: evaluation order and the type of every input and node.
 #[derive(Debug, Clone)]
 pub struct TypedProgram {
@@ -54,6 +58,24 @@ fn check_structure<Op: Operator>(
             "nodes",
             format!("the program has {} nodes; the limit is {MAX_NODES}", nodes.len()),
         ));
+    }
+    let names = inputs.keys().map(|n| ("inputs", "an input", n)).chain(nodes.keys().map(|n| ("nodes", "a node", n)));
+    for (field, what, name) in names {
+        // An empty name would be reported at `at: ""`, which means the whole request.
+        if name.is_empty() {
+            return Err(ProgramError::new(ErrorCode::BadField, field, format!("{what}'s name is empty; name it")));
+        }
+        if name.len() > MAX_NAME_BYTES {
+            return Err(ProgramError::new(
+                ErrorCode::BadField,
+                field,
+                format!(
+                    "{what}'s name `{}` is {} bytes long; names are at most {MAX_NAME_BYTES} bytes",
+                    crate::error::shown(name),
+                    name.len()
+                ),
+            ));
+        }
     }
     for name in nodes.keys() {
         if inputs.contains_key(name) {

@@ -35,6 +35,25 @@ fn unknown_input() {
     assert_err(&e, ErrorCode::UnknownInput, "Z.input", &["`W`", "neither an input nor a node"]);
 }
 
+/// An empty name would be reported at `at: ""` (the whole request); a long
+/// one would be echoed whole in every error, report and plan.
+#[test]
+fn names_are_not_empty_and_not_too_long() {
+    let e = error_of(r#"{"inputs": {"": {"key_bounds": [2], "array_bounds": [2]}}, "nodes": {}, "outputs": [""]}"#);
+    assert_err(&e, ErrorCode::BadField, "inputs", &["an input's name is empty"]);
+    let e = error_of(&with_nodes(r#""": {"op": "transform", "input": "X", "kernel": "relu"}"#));
+    assert_err(&e, ErrorCode::BadField, "nodes", &["a node's name is empty"]);
+    let long = "N".repeat(300);
+    let e = error_of(&with_nodes(&format!(r#""{long}": {{"op": "transform", "input": "X", "kernel": "relu"}}"#)));
+    assert_err(&e, ErrorCode::BadField, "nodes", &["300 bytes long", "at most 256 bytes", "(300 characters)"]);
+    assert!(e.message.len() < 200, "the name is not echoed whole: {}", e.message);
+    let fits = "N".repeat(256);
+    let ok = with_nodes(&format!(
+        r#""{fits}": {{"op": "transform", "input": "X", "kernel": "relu"}}, "Z": {{"op": "transform", "input": "{fits}", "kernel": "relu"}}"#
+    ));
+    check_program(&Program::from_json(&ok).unwrap()).expect("a name of 256 bytes is fine");
+}
+
 #[test]
 fn unknown_kernel_with_suggestion() {
     let e = error_of(&with_nodes(r#""Z": {"op": "transform", "input": "X", "kernel": "rleu"}"#));
