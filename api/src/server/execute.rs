@@ -485,7 +485,9 @@ fn cut(shape: &[usize], values: Vec<f64>, t: &RelType) -> Result<Relation, Strin
 /// dense tensor when key arity == array rank, else the relation array;
 /// missing tuples are zero-filled).
 fn summarize(rel: &Relation, t: &RelType) -> Value {
-    let checksum: f64 = rel.tuples.values().map(|b| b.sum()).sum();
+    // Folded from +0.0: `Iterator::sum` of no floats is -0.0, which an empty
+    // output would report.
+    let checksum: f64 = rel.tuples.values().fold(0.0, |a, b| a + b.sum());
     let kb: Vec<usize> = t.frontier.iter().map(|&f| f as usize).collect();
     let ab = t.array_bounds.clone();
     let total: u64 = kb.iter().chain(&ab).map(|&x| x as u64).fold(1u64, u64::saturating_mul);
@@ -662,5 +664,7 @@ mod tests {
         assert_eq!(s["data"].as_array().unwrap().len(), 6);
         let sum: f64 = rel.tuples.values().map(|b| b.sum()).sum();
         assert_eq!(s["checksum"].as_f64().unwrap(), sum);
+        let empty = summarize(&Relation::new(), &t);
+        assert_eq!(empty["checksum"].to_string(), "0.0", "not -0.0");
     }
 }
