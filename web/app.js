@@ -450,7 +450,7 @@ function render() {
   const s = answer.stats || {};
   $("egraph").innerHTML = [
     ["e-nodes", full(s.egraph_nodes)], ["e-classes", full(s.egraph_classes)], ["iterations", full(s.iterations)],
-    ["stop reason", esc((s.stop_reason || "–").replaceAll("_", " ")), "text"], ["time", ms(s.optimize_ms)],
+    ["stop reason", esc((s.stop_reason || "–").replaceAll("_", " ") + (s.stop_phase ? ` (${s.stop_phase.replaceAll("_", " ")})` : "")), "text"], ["time", ms(s.optimize_ms)],
   ].map(([k, v, cls]) => `<div class="stat"><div class="stat-v ${cls || ""}">${v}</div><div class="stat-k">${k}</div></div>`).join("");
 }
 

@@ -393,7 +393,14 @@ fn optimize_cmd(
             let st = &answer.stats;
             println!(
                 "e-graph: {} nodes, {} classes, {} iterations, {}, {:.1} ms",
-                st.egraph_nodes, st.egraph_classes, st.iterations, st.stop_reason, st.optimize_ms
+                st.egraph_nodes,
+                st.egraph_classes,
+                st.iterations,
+                match st.stop_phase {
+                    Some(phase) => format!("{} in the {} phase", st.stop_reason, phase.replace('_', "-")),
+                    None => st.stop_reason.clone(),
+                },
+                st.optimize_ms
             );
         }
     }

@@ -332,7 +332,10 @@ pub fn optimize_summary(v: &Value, sites: usize) -> String {
         ms(&st["optimize_ms"]),
         count(&st["egraph_nodes"]),
         count(&st["iterations"]),
-        st["stop_reason"].as_str().unwrap_or("?")
+        match (st["stop_reason"].as_str().unwrap_or("?"), st["stop_phase"].as_str()) {
+            (reason, Some(phase)) => format!("{reason} in the {} phase", phase.replace('_', "-")),
+            (reason, None) => reason.to_string(),
+        }
     );
     warnings(&mut out, &v["warnings"]);
     let _ = write!(out, "(--format json: the full answer with every plan; --format dot: Graphviz)");

@@ -132,6 +132,11 @@ pub struct Stats {
     pub order_nodes_kept: usize,
     /// `saturated`, `node_limit`, `time_limit` or `iteration_limit`.
     pub stop_reason: String,
+    /// The saturation phase a limit stopped (`contraction_order`, `lowering`
+    /// or `exploration`); `None` when every phase saturated. A limit met in
+    /// the contraction-order phase leaves the final e-graph far below it:
+    /// the orders found are pruned before lowering.
+    pub stop_phase: Option<&'static str>,
     /// Wall time of the whole optimization, in milliseconds.
     pub optimize_ms: f64,
     /// The cost model that chose the plan: `network` or `time`.
@@ -460,8 +465,8 @@ fn attempt(
         log_report("lowering", &r1);
         iterations += r1.iterations.len();
         let lower_stop = match order_stop {
-            Some(StopReason::Saturated) | None => r1.stop_reason.clone(),
-            other => other,
+            Some(StopReason::Saturated) | None => (r1.stop_reason.clone(), "lowering"),
+            other => (other, "contraction_order"),
         };
         let remaining = sat_time.saturating_sub(sat_start.elapsed());
         let r2 = Runner::<Ia, TraAnalysis, ()>::new(TraAnalysis::new(cluster.sites, IndexMap::new()))
@@ -485,7 +490,7 @@ fn attempt(
         log_report("all rules", &r2);
         iterations += r2.iterations.len();
         let stop = match lower_stop {
-            Some(StopReason::Saturated) | None => r2.stop_reason.clone(),
+            (Some(StopReason::Saturated) | None, _) => (r2.stop_reason.clone(), "exploration"),
             other => other,
         };
         (r2.egraph, roots, pruned, iterations, stop)
@@ -508,7 +513,12 @@ fn attempt(
 
     tracing::debug!(saturation_ms = start.elapsed().as_secs_f64() * 1000.0, iterations, "saturation finished");
     let roots: IndexMap<String, Id> = roots.into_iter().map(|(n, id)| (n, eg.find(id))).collect();
-    let stop_reason = stop_reason(&stop);
+    let stop_reason = stop_reason(&stop.0);
+    let stop_phase = (stop_reason != "saturated").then_some(stop.1);
+    let stopped = match stop_phase {
+        Some(phase) => format!("{stop_reason} in the {} phase", phase.replace('_', "-")),
+        None => stop_reason.to_string(),
+    };
 
     // The chosen plan, then the best plan under each join-strategy
     // restriction; when the contraction-order phase kept other orders, also
@@ -574,7 +584,7 @@ fn attempt(
                     Ok(x) => x,
                     Err(NoPlan { output }) if allowed.is_empty() && wi == 0 => {
                         return Err(AttemptError::Error(OptimizeError::Limit(format!(
-                        "saturation stopped ({stop_reason}) before output `{output}` had an executable plan; raise the limits"
+                        "saturation stopped ({stopped}) before output `{output}` had an executable plan; raise the limits"
                     ))))
                     }
                     Err(_) => continue,
@@ -666,6 +676,7 @@ fn attempt(
             order_nodes_explored: pruned.explored,
             order_nodes_kept: pruned.kept,
             stop_reason: stop_reason.to_string(),
+            stop_phase,
             optimize_ms: start.elapsed().as_secs_f64() * 1000.0,
             cost_model: cluster.cost_model,
             plans_scored: if cluster.cost_model == CostModel::Time { seen.len() } else { 0 },

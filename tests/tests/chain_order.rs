@@ -267,3 +267,27 @@ fn summed_as_written(side: &str) -> u64 {
         _ => (6 * 5 * 7 - 6 * 5) * 16,
     }
 }
+
+/// A node limit met while orders are explored stops that phase, and the
+/// answer says so (`stop_phase`): the orders found are pruned before
+/// lowering, so the final e-graph is far below the limit, which alone
+/// would read as a contradiction.
+#[test]
+fn a_limit_met_while_ordering_is_reported_with_its_phase() {
+    let mut rng = ChaCha8Rng::seed_from_u64(60);
+    let chain = Chain { grid: vec![2; 21], ext: vec![2; 21] };
+    let (p, _) = program(&chain, 2, &mut rng);
+    let nodes = 3_000;
+    let a = optimize(&p, &tra_rules::all(), &Limits { nodes, ..Limits::default() }).expect("a plan within the limit");
+    assert_eq!(
+        (a.stats.stop_reason.as_str(), a.stats.stop_phase),
+        ("node_limit", Some("contraction_order")),
+        "{:?}",
+        a.stats
+    );
+    assert!(a.stats.order_nodes_explored > a.stats.order_nodes_kept, "{:?}", a.stats);
+    // A program that meets no limit has no phase to name.
+    let small = Chain { grid: vec![2; 4], ext: vec![2; 4] };
+    let a = optimize(&program(&small, 2, &mut rng).0, &tra_rules::all(), &Limits::default()).unwrap();
+    assert_eq!((a.stats.stop_reason.as_str(), a.stats.stop_phase), ("saturated", None), "{:?}", a.stats);
+}

@@ -104,6 +104,7 @@ fn the_node_limit_holds_within_a_round_of_matches() {
     let limits = Limits { nodes, ..Limits::default() };
     let a = optimize(&chain(1000), &tra_rules::all(), &limits).expect("a plan within the limit");
     assert_eq!(a.stats.stop_reason, "node_limit", "{:?}", a.stats);
+    assert_eq!(a.stats.stop_phase, Some("exploration"), "maps are fused while exploring: {:?}", a.stats);
     // Matches are applied in pieces of 256, a few nodes each.
     assert!(a.stats.egraph_nodes <= nodes + 1_000, "{} e-nodes for a limit of {nodes}", a.stats.egraph_nodes);
 }

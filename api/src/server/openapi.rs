@@ -287,11 +287,13 @@ pub fn document(config: &ServerConfig) -> Value {
                 "order_nodes_kept": {"type": "integer",
                     "description": "TRA operators kept for lowering and exploration: per class the written one and the cheapest by flops"},
                 "stop_reason": {"type": "string", "enum": ["saturated", "node_limit", "time_limit", "iteration_limit"]},
+                "stop_phase": {"type": ["string", "null"], "enum": ["contraction_order", "lowering", "exploration", null],
+                    "description": "The saturation phase the limit of `stop_reason` stopped; null when saturated"},
                 "optimize_ms": {"type": "number"},
                 "cost_model": {"type": "string", "enum": ["network", "time"], "description": "The cost model that chose the plan"},
                 "plans_scored": {"type": "integer", "description": "Distinct candidate plans scored exactly under `time` (0 under `network`)"}
             },
-            "required": ["egraph_nodes", "egraph_classes", "iterations", "order_nodes_explored", "order_nodes_kept", "stop_reason", "optimize_ms", "cost_model", "plans_scored"]
+            "required": ["egraph_nodes", "egraph_classes", "iterations", "order_nodes_explored", "order_nodes_kept", "stop_reason", "stop_phase", "optimize_ms", "cost_model", "plans_scored"]
         },
         "OptimizeAnswer": {
             "type": "object",
