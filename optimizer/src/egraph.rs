@@ -724,17 +724,27 @@ fn enode_string(eg: &TraEGraph, n: &Ia) -> String {
     s
 }
 
-/// Add a TRA program to an e-graph as L nodes; returns each output's class.
+/// Add a TRA program to an e-graph as L nodes (those the outputs read);
+/// returns each output's class.
 pub fn add_program(eg: &mut TraEGraph, p: &Program, order: &[String]) -> IndexMap<String, Id> {
+    // Only what an output reads: an input or node no output depends on is
+    // never computed, and would only fill the e-graph (60,000 unused inputs
+    // made 180,000 e-nodes).
+    let mut needed: std::collections::HashSet<&str> = p.outputs.iter().map(String::as_str).collect();
+    for name in order.iter().rev() {
+        if needed.contains(name.as_str()) {
+            needed.extend(crate::program::Operator::operands(&p.nodes[name]));
+        }
+    }
     let mut ids: HashMap<&str, Id> = HashMap::new();
-    for name in p.inputs.keys() {
+    for name in p.inputs.keys().filter(|n| needed.contains(n.as_str())) {
         let n = eg.add(Ia::Param(Param::Name(name.clone())));
         let i = eg.add(Ia::Input(n));
         let e = eg.add(Ia::Erase(i));
         ids.insert(name, e);
         eg.analysis.program_nodes.push((name.clone(), e));
     }
-    for name in order {
+    for name in order.iter().filter(|n| needed.contains(n.as_str())) {
         let op = &p.nodes[name];
         let node = nodes::tra_node(op, |prm| eg.add(Ia::Param(prm)), |operand| ids[operand]);
         let id = eg.add(node);

@@ -200,3 +200,23 @@ fn attention_head_does_not_ship_the_score_matrix() {
     assert!(a.cost.network_floats < 4096 * 4096, "{}: {}", a.alternatives[0].label, a.cost.network_floats);
     snapshot("attention-head", &a);
 }
+
+/// Inputs and nodes that no output reads are not explored: the e-graph of
+/// the matmul example with a thousand unused inputs and an unused product
+/// is the example's own, and so is its plan (which still declares every
+/// input of the request).
+#[test]
+fn what_no_output_reads_is_not_explored() {
+    let plain = example("matmul");
+    let mut padded = plain.clone();
+    for i in 0..1000 {
+        padded.inputs.insert(format!("unused{i}"), plain.inputs["X"].clone());
+    }
+    let unused = serde_json::json!({"op": "join", "left": "Y", "right": "X", "left_keys": [1], "right_keys": [0], "kernel": "matMul"});
+    padded.nodes.insert("YX".into(), serde_json::from_value(unused).unwrap());
+    let a = optimize(&plain, &tra_rules::all(), &Limits::default()).unwrap();
+    let b = optimize(&padded, &tra_rules::all(), &Limits::default()).unwrap();
+    assert_eq!((b.stats.egraph_nodes, b.stats.egraph_classes), (a.stats.egraph_nodes, a.stats.egraph_classes));
+    assert_eq!(b.plan.nodes, a.plan.nodes);
+    assert_eq!(b.plan.inputs.len(), 1002, "the plan declares the request's inputs");
+}
