@@ -306,10 +306,11 @@ pub fn choose_plan(p: &Program, answer: Option<&OptimizeAnswer>, choice: &PlanCh
             let t = text.to_lowercase();
             let found = answer.alternatives.iter().find(|a| a.label.to_lowercase().contains(&t));
             if found.is_none() {
-                let labels: Vec<&str> = answer.alternatives.iter().map(|a| a.label.as_str()).collect();
+                // One per line: labels hold `;` themselves.
+                let labels: Vec<String> = answer.alternatives.iter().map(|a| format!("\n  {}", a.label)).collect();
                 return Err(format!(
-                    "--alternative {text}: no alternative plan matches (the alternatives: {})",
-                    labels.join("; ")
+                    "--alternative {text}: no alternative plan's label contains it; the alternatives:{}",
+                    labels.concat()
                 ));
             }
             found

@@ -275,7 +275,10 @@ fn alternative_and_plan_run_on_threads() {
     }
     let choice = PlanChoice { alternative: Some("no such strategy".into()), ..PlanChoice::default() };
     let e = run_command_with(a(), &choice).unwrap_err();
-    assert!(e.contains("--alternative no such strategy") && e.contains("CMM — shuffle X by k"), "{e}");
+    assert!(
+        e.contains("--alternative no such strategy") && e.contains("\n  CMM — shuffle X by k"),
+        "one label a line: {e}"
+    );
     // --plan: a plan file (here the optimizer's BMM plan) runs as given, without optimizing.
     std::fs::write(dir.path("bmm.json"), alternative_plan("BMM")).unwrap();
     let choice = PlanChoice { plan: Some(dir.path("bmm.json")), ..PlanChoice::default() };
