@@ -433,7 +433,13 @@ impl AppState {
 
 /// The cache key of a program: its parsed form, serialized again.
 fn cache_key(program: &Program) -> Result<String, ApiError> {
-    serde_json::to_string(program).map_err(|e| ApiError::internal(format!("cannot key the program: {e}")))
+    let failed = |e: serde_json::Error| ApiError::internal(format!("cannot key the program: {e}"));
+    let mut key = serde_json::to_string(program).map_err(failed)?;
+    // The dims' names change the labels of the answer (einsum's letters).
+    if !program.dim_names.is_empty() {
+        key.push_str(&serde_json::to_string(&program.dim_names).map_err(failed)?);
+    }
+    Ok(key)
 }
 
 /// The per-operator figures of a plan (`tra_optimizer::cost::plan_report`),

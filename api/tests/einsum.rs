@@ -190,6 +190,16 @@ async fn http_einsum_gives_the_program_and_its_optimization() {
     assert!(v["optimize"]["alternatives"].as_array().unwrap().len() >= 2);
     assert_eq!(v["einsum"]["output"]["shape"], json!([4000, 4000]));
     assert_eq!(v["einsum"]["order"]["method"], "pair");
+    // The labels name dims by the expression's letters: the contracted index is `j`.
+    let labels: Vec<&str> =
+        v["optimize"]["alternatives"].as_array().unwrap().iter().map(|a| a["label"].as_str().unwrap()).collect();
+    assert!(labels.iter().any(|l| l.starts_with("CMM — shuffle A by j, B by j")), "{labels:?}");
+    // The same program posted to /v1/optimize (no letters) keeps the paper's, cache or not.
+    let (status, o) = request(addr, "POST", "/v1/optimize", &v["program"].to_string()).await;
+    assert_eq!(status, 200, "{o}");
+    let labels: Vec<&str> =
+        o["alternatives"].as_array().unwrap().iter().map(|a| a["label"].as_str().unwrap()).collect();
+    assert!(labels.iter().any(|l| l.starts_with("CMM — shuffle A by k, B by k")), "{labels:?}");
 
     // Three operands: the order and its costs.
     let body = json!({

@@ -99,7 +99,10 @@ pub fn compile(req: &Request, opts: &Options<'_>) -> Result<Compiled, EinsumErro
     for i in 0..n {
         inputs.insert(a.names[i].clone(), a.decl(&a.labels[i]));
     }
-    let program = Program { inputs, nodes, outputs: vec![a.output_name.clone()], cluster: req.cluster };
+    // The plan labels name key dims by the expression's letters.
+    let dim_names =
+        (0..n).map(|i| (a.names[i].clone(), a.labels[i].iter().map(|l| a.letter[l].to_string()).collect())).collect();
+    let program = Program { inputs, nodes, outputs: vec![a.output_name.clone()], cluster: req.cluster, dim_names };
     check_program(&program).map_err(|e| match e.code {
         // An intermediate of the contraction too large to describe, or to
         // enumerate: a property of the request, not a bug.

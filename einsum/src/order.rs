@@ -94,6 +94,7 @@ impl Search<'_, '_> {
             nodes: ops.into_iter().collect(),
             outputs: vec!["Z".into()],
             cluster: Some(self.cluster),
+            dim_names: IndexMap::new(),
         };
         let w = Weights { network: self.cluster.network_weight, compute: self.cluster.compute_weight };
         let optimized = if Instant::now() < self.deadline {

@@ -15,12 +15,12 @@ use crate::program::{IaOp, Plan};
 use crate::KernelRef;
 use egg::{Id, Language};
 use indexmap::IndexMap;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 /// The label of a plan whose local joins use `strategy` (in plan order).
-pub fn plan_label(plan: &Plan, strategy: &[JoinStrategy]) -> String {
+pub fn plan_label(plan: &Plan, strategy: &[JoinStrategy], dim_names: &IndexMap<String, Vec<String>>) -> String {
     let moves = Moves::of(plan);
-    if let Some(label) = matmul_label(plan, strategy, &moves) {
+    if let Some(label) = matmul_label(plan, strategy, &moves, dim_names) {
         return label;
     }
     let details = moves.generic_text(plan);
@@ -314,6 +314,8 @@ enum Step {
 struct Operand<'a> {
     input: &'a str,
     steps: Vec<Step>,
+    /// The names the walk gave the input's key dims.
+    dims: Vec<String>,
 }
 
 impl Operand<'_> {
@@ -341,7 +343,12 @@ impl Operand<'_> {
 
 /// `BMM — broadcast Y`, `CMM — shuffle X by k, Y by k; partial sums exchanged`,
 /// `RMM (3D) — …` for a plan with one `matMul` join of `X[i,k]` and `Y[k,j]`.
-fn matmul_label(plan: &Plan, strategy: &[JoinStrategy], moves: &Moves) -> Option<String> {
+fn matmul_label(
+    plan: &Plan,
+    strategy: &[JoinStrategy],
+    moves: &Moves,
+    dim_names: &IndexMap<String, Vec<String>>,
+) -> Option<String> {
     let mut joins = plan.nodes.iter().filter(|(_, op)| matches!(op, IaOp::LocalJoin { .. }));
     let (_, IaOp::LocalJoin { left, right, left_keys, right_keys, kernel }) = joins.next()? else {
         return None;
@@ -355,8 +362,20 @@ fn matmul_label(plan: &Plan, strategy: &[JoinStrategy], moves: &Moves) -> Option
         _ => return None,
     };
     let mut on_operands = HashSet::new();
-    let l = operand(plan, left, ln, &mut on_operands)?;
-    let r = operand(plan, right, rn, &mut on_operands)?;
+    let mut l = operand(plan, left, ln, &mut on_operands)?;
+    let mut r = operand(plan, right, rn, &mut on_operands)?;
+    // The front-end's names of the inputs' dims (einsum's letters) in place
+    // of the paper's: the walk told which of `i`, `k`, `j` each input dim is.
+    if let Some(names) = renamed(&[&l, &r], dim_names) {
+        let rename = |letters: &[&str]| -> Vec<String> {
+            letters.iter().map(|g| names.get(*g).cloned().unwrap_or_else(|| g.to_string())).collect()
+        };
+        let (ln, rn) = (rename(ln), rename(rn));
+        let (ln, rn): (Vec<&str>, Vec<&str>) =
+            (ln.iter().map(String::as_str).collect(), rn.iter().map(String::as_str).collect());
+        l = operand(plan, left, &ln, &mut on_operands)?;
+        r = operand(plan, right, &rn, &mut on_operands)?;
+    }
     let moved = moves.exchanges.iter().any(|e| on_operands.contains(e.node));
     let acronym = match strategy[0] {
         // Replicated in place (key maps only) is still RMM: its label says
@@ -401,6 +420,25 @@ fn matmul_label(plan: &Plan, strategy: &[JoinStrategy], moves: &Moves) -> Option
     Some(format!("{acronym} — {}", parts.join("; ")))
 }
 
+/// The paper's letter → the front-end's name, from the operands' walks and
+/// `dim_names`; `None` unless every operand's input has names for each of
+/// its dims and no letter gets two names.
+fn renamed(operands: &[&Operand], dim_names: &IndexMap<String, Vec<String>>) -> Option<HashMap<String, String>> {
+    let mut map: HashMap<String, String> = HashMap::new();
+    for o in operands {
+        let names = dim_names.get(o.input)?;
+        if names.len() != o.dims.len() {
+            return None;
+        }
+        for (letter, name) in o.dims.iter().zip(names) {
+            if map.insert(letter.clone(), name.clone()).is_some_and(|before| before != *name) {
+                return None;
+            }
+        }
+    }
+    Some(map)
+}
+
 /// Walk one join operand down to its input, naming its key dims on the way
 /// (`names` are the operand's). Exchanges met are noted in `seen`. `None`
 /// when something other than a shuffle, broadcast, filter or key map is met.
@@ -423,7 +461,7 @@ fn operand<'a>(plan: &'a Plan, start: &'a str, names: &[&str], seen: &mut HashSe
                 return None;
             }
             steps.reverse();
-            return Some(Operand { input: name, steps });
+            return Some(Operand { input: name, steps, dims: names });
         }
         match plan.nodes.get(name)? {
             IaOp::Shuffle { input, dims } => {
@@ -507,7 +545,8 @@ mod tests {
         let keys_only = r#", "key": "[k0, k1]""#;
         assert_eq!(product_order(&chain("matMul", keys_only)).as_deref(), Some("X·(X·Y)"));
         assert_eq!(product_order(&chain("matMulTN", keys_only)).as_deref(), Some("X·(Xᵀ·Y)"));
-        assert!(plan_label(&chain("matMul", keys_only), &[BroadcastRight, CoPartitioned]).ends_with("; order X·(X·Y)"));
+        assert!(plan_label(&chain("matMul", keys_only), &[BroadcastRight, CoPartitioned], &IndexMap::new())
+            .ends_with("; order X·(X·Y)"));
         assert_eq!(product_order(&chain("matMul", r#", "kernel": "relu""#)), None);
         assert_eq!(product_order(&chain("elemMul", keys_only)), None);
         let one = plan(
@@ -527,7 +566,10 @@ mod tests {
                "n3": {"op": "shuffle", "input": "n2", "dims": [0, 2]},
                "Z": {"op": "local_aggregate", "input": "n3", "group_by": [0, 2], "kernel": "matAdd"}"#,
         );
-        assert_eq!(plan_label(&p, &[CoPartitioned]), "CMM — shuffle X by k, Y by k; partial sums exchanged");
+        assert_eq!(
+            plan_label(&p, &[CoPartitioned], &IndexMap::new()),
+            "CMM — shuffle X by k, Y by k; partial sums exchanged"
+        );
     }
 
     #[test]
@@ -541,7 +583,7 @@ mod tests {
                "Z": {"op": "local_aggregate", "input": "n4", "group_by": [0, 1], "kernel": "matAdd"}"#,
         );
         assert_eq!(
-            plan_label(&p, &[CoPartitioned]),
+            plan_label(&p, &[CoPartitioned], &IndexMap::new()),
             "CMM — shuffle X by k, Y by k; partial sums aggregated locally, then exchanged"
         );
     }
@@ -553,14 +595,14 @@ mod tests {
                "n1": {"op": "local_join", "left": "X", "right": "n0", "left_keys": [1], "right_keys": [0], "kernel": "matMul"},
                "Z": {"op": "local_aggregate", "input": "n1", "group_by": [0, 2], "kernel": "matAdd"}"#,
         );
-        assert_eq!(plan_label(&right, &[BroadcastRight]), "BMM — broadcast Y");
+        assert_eq!(plan_label(&right, &[BroadcastRight], &IndexMap::new()), "BMM — broadcast Y");
         let left = plan(
             r#""n0": {"op": "shuffle", "input": "Y", "dims": [1]},
                "n1": {"op": "broadcast", "input": "X"},
                "n2": {"op": "local_join", "left": "n1", "right": "n0", "left_keys": [1], "right_keys": [0], "kernel": "matMul"},
                "Z": {"op": "local_aggregate", "input": "n2", "group_by": [0, 2], "kernel": "matAdd"}"#,
         );
-        assert_eq!(plan_label(&left, &[BroadcastLeft]), "BMM — broadcast X; shuffle Y by j");
+        assert_eq!(plan_label(&left, &[BroadcastLeft], &IndexMap::new()), "BMM — broadcast X; shuffle Y by j");
     }
 
     #[test]
@@ -573,9 +615,52 @@ mod tests {
                "Z": {"op": "local_aggregate", "input": "n3", "group_by": [0, 2], "kernel": "matAdd"}"#,
         );
         assert_eq!(
-            plan_label(&p, &[Replicated]),
+            plan_label(&p, &[Replicated], &IndexMap::new()),
             "RMM (3D) — replicate X 4× along j in place; replicate Y 4× along i, shuffle by i"
         );
+    }
+
+    /// Names a front-end gave the inputs' dims (einsum's letters for
+    /// `ab,bc->ac`) replace the paper's `i`, `k`, `j`, whichever way the
+    /// plan walks to its inputs; names that do not fit leave the paper's.
+    #[test]
+    fn the_front_ends_dim_names_replace_the_papers_letters() {
+        let named: IndexMap<String, Vec<String>> =
+            [("X", ["a", "b"]), ("Y", ["b", "c"])].map(|(n, d)| (n.to_string(), d.map(String::from).to_vec())).into();
+        let cmm = plan(
+            r#""n0": {"op": "shuffle", "input": "Y", "dims": [0]},
+               "n1": {"op": "shuffle", "input": "X", "dims": [1]},
+               "n2": {"op": "local_join", "left": "n1", "right": "n0", "left_keys": [1], "right_keys": [0], "kernel": "matMul"},
+               "n3": {"op": "shuffle", "input": "n2", "dims": [0, 2]},
+               "Z": {"op": "local_aggregate", "input": "n3", "group_by": [0, 2], "kernel": "matAdd"}"#,
+        );
+        assert_eq!(plan_label(&cmm, &[CoPartitioned], &named), "CMM — shuffle X by b, Y by b; partial sums exchanged");
+        let bmm = plan(
+            r#""n0": {"op": "shuffle", "input": "Y", "dims": [1]},
+               "n1": {"op": "broadcast", "input": "X"},
+               "n2": {"op": "local_join", "left": "n1", "right": "n0", "left_keys": [1], "right_keys": [0], "kernel": "matMul"},
+               "Z": {"op": "local_aggregate", "input": "n2", "group_by": [0, 2], "kernel": "matAdd"}"#,
+        );
+        assert_eq!(plan_label(&bmm, &[BroadcastLeft], &named), "BMM — broadcast X; shuffle Y by c");
+        let rmm = plan(
+            r#""n0": {"op": "local_map", "input": "Y", "key": "[0..4, k0, k1]"},
+               "n1": {"op": "shuffle", "input": "n0", "dims": [0]},
+               "n2": {"op": "local_map", "input": "X", "key": "[k0, k1, 0..4]"},
+               "n3": {"op": "local_join", "left": "n2", "right": "n1", "left_keys": [0, 1, 2], "right_keys": [0, 1, 2], "kernel": "matMul"},
+               "Z": {"op": "local_aggregate", "input": "n3", "group_by": [0, 2], "kernel": "matAdd"}"#,
+        );
+        assert_eq!(
+            plan_label(&rmm, &[Replicated], &named),
+            "RMM (3D) — replicate X 4× along c in place; replicate Y 4× along a, shuffle by a"
+        );
+        // One name too few, or one letter given two names: the paper's letters.
+        let short: IndexMap<String, Vec<String>> = [("X", vec!["a"]), ("Y", vec!["b", "c"])]
+            .map(|(n, d)| (n.to_string(), d.into_iter().map(String::from).collect()))
+            .into();
+        assert_eq!(plan_label(&cmm, &[CoPartitioned], &short), "CMM — shuffle X by k, Y by k; partial sums exchanged");
+        let clash: IndexMap<String, Vec<String>> =
+            [("X", ["a", "b"]), ("Y", ["d", "c"])].map(|(n, d)| (n.to_string(), d.map(String::from).to_vec())).into();
+        assert_eq!(plan_label(&cmm, &[CoPartitioned], &clash), "CMM — shuffle X by k, Y by k; partial sums exchanged");
     }
 
     #[test]
@@ -584,7 +669,7 @@ mod tests {
             r#""n1": {"op": "local_join", "left": "X", "right": "Y", "left_keys": [1], "right_keys": [0], "kernel": "matMul"},
                "Z": {"op": "local_aggregate", "input": "n1", "group_by": [0, 2], "kernel": "matAdd"}"#,
         );
-        assert_eq!(plan_label(&p, &[BroadcastBoth]), "local matmul — nothing moved");
+        assert_eq!(plan_label(&p, &[BroadcastBoth], &IndexMap::new()), "local matmul — nothing moved");
         // RMM replicating both operands in place moves nothing either; its
         // label still tells it apart from the plain local matmul.
         let in_place = plan(
@@ -594,13 +679,13 @@ mod tests {
                "Z": {"op": "local_aggregate", "input": "n2", "group_by": [0, 2], "kernel": "matAdd"}"#,
         );
         assert_eq!(
-            plan_label(&in_place, &[Replicated]),
+            plan_label(&in_place, &[Replicated], &IndexMap::new()),
             "RMM (3D) — replicate X 4× along j in place; replicate Y 4× along i in place; nothing moved"
         );
         let q = plan(
             r#""Z": {"op": "local_join", "left": "X", "right": "Y", "left_keys": [0, 1], "right_keys": [0, 1], "kernel": "matAdd"}"#,
         );
-        assert_eq!(plan_label(&q, &[BroadcastBoth]), "local — nothing moved");
+        assert_eq!(plan_label(&q, &[BroadcastBoth], &IndexMap::new()), "local — nothing moved");
     }
 
     #[test]
@@ -614,7 +699,7 @@ mod tests {
                "Z": {"op": "local_join", "left": "n4", "right": "Y", "left_keys": [0, 1], "right_keys": [0, 1], "kernel": "matAdd"}"#,
         );
         assert_eq!(
-            plan_label(&p, &[CoPartitioned, BroadcastLeft]),
+            plan_label(&p, &[CoPartitioned, BroadcastLeft], &IndexMap::new()),
             "1 co-partitioned + 1 broadcast joins — shuffle filtered X by keys 0,1, Y by keys 0,1; 1 intermediate exchanged"
         );
         let twice = plan(
@@ -624,7 +709,7 @@ mod tests {
                "Z": {"op": "local_join", "left": "n2", "right": "n0", "left_keys": [1], "right_keys": [1], "kernel": "matAdd"}"#,
         );
         assert_eq!(
-            plan_label(&twice, &[CoPartitioned, CoPartitioned]),
+            plan_label(&twice, &[CoPartitioned, CoPartitioned], &IndexMap::new()),
             "co-partitioned joins — shuffle Y by key 1 and key 0"
         );
         assert_eq!(join_headline(&[CoPartitioned, CoPartitioned]).as_deref(), Some("co-partitioned joins"));

@@ -641,7 +641,7 @@ fn attempt(
     for &i in &order {
         let c = &candidates[i];
         let label = order_label(
-            crate::describe::plan_label(&c.plan, &c.strategy),
+            crate::describe::plan_label(&c.plan, &c.strategy, &p.dim_names),
             &eg,
             &origins,
             &c.extracted,

@@ -243,6 +243,11 @@ pub struct Program {
     /// Cluster and cost weights; defaults when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cluster: Option<Cluster>,
+    /// Names of each input's key dims, by input, that plan labels use in
+    /// place of the paper's `i`, `j`, `k`: set by a front-end that knows
+    /// them (einsum's index letters); not part of the JSON program.
+    #[serde(skip)]
+    pub dim_names: IndexMap<String, Vec<String>>,
 }
 
 /// An IA plan: the `plan` of the optimize answer.
@@ -537,7 +542,7 @@ impl Program {
             None | Some(serde_json::Value::Null) => None,
             Some(c) => Some(serde_json::from_value(c.clone()).map_err(|e| cluster_error(c, e))?),
         };
-        Ok(Program { inputs, nodes, outputs, cluster })
+        Ok(Program { inputs, nodes, outputs, cluster, dim_names: IndexMap::new() })
     }
 
     /// The cluster, with defaults filled in.

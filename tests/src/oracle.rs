@@ -325,8 +325,13 @@ fn on_site_zero(b: &Bag) -> PhysRelation {
 
 /// Evaluate one TRA operator over relations.
 pub fn eval_tra_node(op: TraOp, operands: &[(&str, Relation, usize, Vec<usize>)]) -> Result<Relation, String> {
-    let mut p =
-        Program { inputs: Default::default(), nodes: Default::default(), outputs: vec!["out".into()], cluster: None };
+    let mut p = Program {
+        inputs: Default::default(),
+        nodes: Default::default(),
+        outputs: vec!["out".into()],
+        cluster: None,
+        dim_names: Default::default(),
+    };
     let mut data = BTreeMap::new();
     for (name, rel, arity, shape) in operands {
         p.inputs.insert(name.to_string(), decl_for(rel.tuples.iter(), *arity, shape, PlacementDecl::Any));

@@ -49,6 +49,7 @@ fn program(inputs: Vec<(&str, InputDecl)>, nodes: Vec<(&str, TraOp)>, outputs: &
         nodes: nodes.into_iter().map(|(n, o)| (n.to_string(), o)).collect(),
         outputs: outputs.iter().map(|s| s.to_string()).collect(),
         cluster: None,
+        dim_names: Default::default(),
     }
 }
 
