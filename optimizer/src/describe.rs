@@ -557,15 +557,32 @@ mod tests {
         assert_eq!(product_order(&one), None);
     }
 
+    /// CMM: both operands shuffled on the common dimension, the products
+    /// shuffled to their sums.
+    fn cmm() -> Plan {
+        plan(
+            r#""n0": {"op": "shuffle", "input": "Y", "dims": [0]},
+           "n1": {"op": "shuffle", "input": "X", "dims": [1]},
+           "n2": {"op": "local_join", "left": "n1", "right": "n0", "left_keys": [1], "right_keys": [0], "kernel": "matMul"},
+           "n3": {"op": "shuffle", "input": "n2", "dims": [0, 2]},
+           "Z": {"op": "local_aggregate", "input": "n3", "group_by": [0, 2], "kernel": "matAdd"}"#,
+        )
+    }
+
+    /// RMM: X replicated in place along `j`, Y along `i` and shuffled by `i`.
+    fn rmm() -> Plan {
+        plan(
+            r#""n0": {"op": "local_map", "input": "Y", "key": "[0..4, k0, k1]"},
+           "n1": {"op": "shuffle", "input": "n0", "dims": [0]},
+           "n2": {"op": "local_map", "input": "X", "key": "[k0, k1, 0..4]"},
+           "n3": {"op": "local_join", "left": "n2", "right": "n1", "left_keys": [0, 1, 2], "right_keys": [0, 1, 2], "kernel": "matMul"},
+           "Z": {"op": "local_aggregate", "input": "n3", "group_by": [0, 2], "kernel": "matAdd"}"#,
+        )
+    }
+
     #[test]
     fn cross_product_matmul_names_the_common_dimension() {
-        let p = plan(
-            r#""n0": {"op": "shuffle", "input": "Y", "dims": [0]},
-               "n1": {"op": "shuffle", "input": "X", "dims": [1]},
-               "n2": {"op": "local_join", "left": "n1", "right": "n0", "left_keys": [1], "right_keys": [0], "kernel": "matMul"},
-               "n3": {"op": "shuffle", "input": "n2", "dims": [0, 2]},
-               "Z": {"op": "local_aggregate", "input": "n3", "group_by": [0, 2], "kernel": "matAdd"}"#,
-        );
+        let p = cmm();
         assert_eq!(
             plan_label(&p, &[CoPartitioned], &IndexMap::new()),
             "CMM — shuffle X by k, Y by k; partial sums exchanged"
@@ -607,13 +624,7 @@ mod tests {
 
     #[test]
     fn replication_matmul_names_the_replicated_dimension() {
-        let p = plan(
-            r#""n0": {"op": "local_map", "input": "Y", "key": "[0..4, k0, k1]"},
-               "n1": {"op": "shuffle", "input": "n0", "dims": [0]},
-               "n2": {"op": "local_map", "input": "X", "key": "[k0, k1, 0..4]"},
-               "n3": {"op": "local_join", "left": "n2", "right": "n1", "left_keys": [0, 1, 2], "right_keys": [0, 1, 2], "kernel": "matMul"},
-               "Z": {"op": "local_aggregate", "input": "n3", "group_by": [0, 2], "kernel": "matAdd"}"#,
-        );
+        let p = rmm();
         assert_eq!(
             plan_label(&p, &[Replicated], &IndexMap::new()),
             "RMM (3D) — replicate X 4× along j in place; replicate Y 4× along i, shuffle by i"
@@ -627,13 +638,7 @@ mod tests {
     fn the_front_ends_dim_names_replace_the_papers_letters() {
         let named: IndexMap<String, Vec<String>> =
             [("X", ["a", "b"]), ("Y", ["b", "c"])].map(|(n, d)| (n.to_string(), d.map(String::from).to_vec())).into();
-        let cmm = plan(
-            r#""n0": {"op": "shuffle", "input": "Y", "dims": [0]},
-               "n1": {"op": "shuffle", "input": "X", "dims": [1]},
-               "n2": {"op": "local_join", "left": "n1", "right": "n0", "left_keys": [1], "right_keys": [0], "kernel": "matMul"},
-               "n3": {"op": "shuffle", "input": "n2", "dims": [0, 2]},
-               "Z": {"op": "local_aggregate", "input": "n3", "group_by": [0, 2], "kernel": "matAdd"}"#,
-        );
+        let cmm = cmm();
         assert_eq!(plan_label(&cmm, &[CoPartitioned], &named), "CMM — shuffle X by b, Y by b; partial sums exchanged");
         let bmm = plan(
             r#""n0": {"op": "shuffle", "input": "Y", "dims": [1]},
@@ -642,13 +647,7 @@ mod tests {
                "Z": {"op": "local_aggregate", "input": "n2", "group_by": [0, 2], "kernel": "matAdd"}"#,
         );
         assert_eq!(plan_label(&bmm, &[BroadcastLeft], &named), "BMM — broadcast X; shuffle Y by c");
-        let rmm = plan(
-            r#""n0": {"op": "local_map", "input": "Y", "key": "[0..4, k0, k1]"},
-               "n1": {"op": "shuffle", "input": "n0", "dims": [0]},
-               "n2": {"op": "local_map", "input": "X", "key": "[k0, k1, 0..4]"},
-               "n3": {"op": "local_join", "left": "n2", "right": "n1", "left_keys": [0, 1, 2], "right_keys": [0, 1, 2], "kernel": "matMul"},
-               "Z": {"op": "local_aggregate", "input": "n3", "group_by": [0, 2], "kernel": "matAdd"}"#,
-        );
+        let rmm = rmm();
         assert_eq!(
             plan_label(&rmm, &[Replicated], &named),
             "RMM (3D) — replicate X 4× along c in place; replicate Y 4× along a, shuffle by a"
