@@ -200,6 +200,12 @@ async fn http_einsum_gives_the_program_and_its_optimization() {
     let labels: Vec<&str> =
         o["alternatives"].as_array().unwrap().iter().map(|a| a["label"].as_str().unwrap()).collect();
     assert!(labels.iter().any(|l| l.starts_with("CMM — shuffle A by k, B by k")), "{labels:?}");
+    // Other plans too: a batched product co-partitioned on the batch index.
+    let batched = json!({"expression": "bij,bjk->bik", "inputs": {"A": {"shape": [4, 40, 40]}, "B": {"shape": [4, 40, 40]}},
+                         "block": 10, "cluster": {"sites": 4}});
+    let (status, v) = request(addr, "POST", "/v1/einsum", &batched.to_string()).await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["optimize"]["alternatives"][0]["label"], "co-partitioned join — shuffle A by b, B by b", "{v}");
 
     // Three operands: the order and its costs.
     let body = json!({

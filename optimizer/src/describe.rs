@@ -23,7 +23,7 @@ pub fn plan_label(plan: &Plan, strategy: &[JoinStrategy], dim_names: &IndexMap<S
     if let Some(label) = matmul_label(plan, strategy, &moves, dim_names) {
         return label;
     }
-    let details = moves.generic_text(plan);
+    let details = moves.generic_text(plan, dim_names);
     let label = match join_headline(strategy) {
         _ if moves.exchanges.is_empty() => "local — nothing moved".into(),
         Some(h) => format!("{h} — {details}"),
@@ -212,7 +212,7 @@ impl<'a> Moves<'a> {
     }
 
     /// `broadcast A; shuffle X by key 1, Y by key 0; 2 intermediates exchanged`.
-    fn generic_text(&self, plan: &Plan) -> String {
+    fn generic_text(&self, plan: &Plan, dim_names: &IndexMap<String, Vec<String>>) -> String {
         let mut broadcast: Vec<(usize, String)> = Vec::new();
         let mut shuffle: Vec<(usize, String, String)> = Vec::new();
         let mut inner = 0usize;
@@ -233,11 +233,16 @@ impl<'a> Moves<'a> {
             if s.copies > 1 {
                 what.push_str(&format!(" (replicated {}×)", s.copies));
             }
+            // The input's own dims (not mapped, not replicated) by the names
+            // a front-end gave them, if it did.
+            let names = dim_names.get(s.input).filter(|_| !s.mapped && s.copies <= 1);
             match &plan.nodes[e.node] {
                 // one input shuffled twice: `W2 by key 1 and key 0`
                 IaOp::Shuffle { dims, .. } => match shuffle.iter_mut().find(|(_, w, _)| *w == what) {
-                    Some((_, _, by)) => by.push_str(&format!(" and {}", by_keys(dims).trim_start_matches("by "))),
-                    None => shuffle.push((rank(s.input), what, by_keys(dims))),
+                    Some((_, _, by)) => {
+                        by.push_str(&format!(" and {}", by_keys(dims, names).trim_start_matches("by ")))
+                    }
+                    None => shuffle.push((rank(s.input), what, by_keys(dims, names))),
                 },
                 _ => broadcast.push((rank(s.input), what)),
             }
@@ -265,11 +270,15 @@ impl<'a> Moves<'a> {
 }
 
 /// `by key 1`, `by keys 0,2`, or `to one site` for no dims.
-fn by_keys(dims: &[usize]) -> String {
-    match dims {
-        [] => "to one site".into(),
-        [d] => format!("by key {d}"),
-        _ => format!("by keys {}", dims.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(",")),
+/// `by key 1`, `by keys 0,1`, or with the dims' names `by j`, `by (i,j)`.
+fn by_keys(dims: &[usize], names: Option<&Vec<String>>) -> String {
+    let named: Option<Vec<&str>> = names.and_then(|n| dims.iter().map(|d| n.get(*d).map(String::as_str)).collect());
+    match (dims, named) {
+        ([], _) => "to one site".into(),
+        ([_], Some(n)) => format!("by {}", n[0]),
+        (_, Some(n)) => format!("by ({})", n.join(",")),
+        ([d], None) => format!("by key {d}"),
+        (_, None) => format!("by keys {}", dims.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(",")),
     }
 }
 
@@ -660,6 +669,29 @@ mod tests {
         let clash: IndexMap<String, Vec<String>> =
             [("X", ["a", "b"]), ("Y", ["d", "c"])].map(|(n, d)| (n.to_string(), d.map(String::from).to_vec())).into();
         assert_eq!(plan_label(&cmm, &[CoPartitioned], &clash), "CMM — shuffle X by k, Y by k; partial sums exchanged");
+    }
+
+    /// Other plans name an input's shuffled dims by the front-end's names
+    /// too, where the input reaches the exchange with its own dims.
+    #[test]
+    fn other_labels_name_an_inputs_dims_by_the_front_ends_names() {
+        let named: IndexMap<String, Vec<String>> =
+            [("X", ["a", "b"]), ("Y", ["b", "c"])].map(|(n, d)| (n.to_string(), d.map(String::from).to_vec())).into();
+        let p = plan(
+            r#""n0": {"op": "shuffle", "input": "X", "dims": [0, 1]},
+               "n1": {"op": "local_map", "input": "Y", "kernel": "relu", "key": "[k1, k0]"},
+               "n2": {"op": "shuffle", "input": "n1", "dims": [0]},
+               "n3": {"op": "shuffle", "input": "Y", "dims": [1]},
+               "Z": {"op": "local_join", "left": "n0", "right": "n3", "left_keys": [0, 1], "right_keys": [0, 1], "kernel": "matAdd"},
+               "W": {"op": "local_join", "left": "n0", "right": "n2", "left_keys": [0, 1], "right_keys": [0, 1], "kernel": "matAdd"}"#,
+        );
+        let generic = plan_label(&p, &[CoPartitioned, CoPartitioned], &IndexMap::new());
+        assert_eq!(generic, "co-partitioned joins — shuffle X by keys 0,1, mapped Y by key 0, Y by key 1");
+        // The mapped Y's dims are not Y's: they keep their positions.
+        assert_eq!(
+            plan_label(&p, &[CoPartitioned, CoPartitioned], &named),
+            "co-partitioned joins — shuffle X by (a,b), mapped Y by key 0, Y by c"
+        );
     }
 
     #[test]
