@@ -566,6 +566,11 @@ mod tests {
         assert_eq!(product_order(&one), None);
     }
 
+    /// Each input's dim names, as a front-end gives them.
+    fn dim_names(inputs: &[(&str, &[&str])]) -> IndexMap<String, Vec<String>> {
+        inputs.iter().map(|(n, d)| (n.to_string(), d.iter().map(|x| x.to_string()).collect())).collect()
+    }
+
     /// CMM: both operands shuffled on the common dimension, the products
     /// shuffled to their sums.
     fn cmm() -> Plan {
@@ -645,8 +650,7 @@ mod tests {
     /// plan walks to its inputs; names that do not fit leave the paper's.
     #[test]
     fn the_front_ends_dim_names_replace_the_papers_letters() {
-        let named: IndexMap<String, Vec<String>> =
-            [("X", ["a", "b"]), ("Y", ["b", "c"])].map(|(n, d)| (n.to_string(), d.map(String::from).to_vec())).into();
+        let named = dim_names(&[("X", &["a", "b"]), ("Y", &["b", "c"])]);
         let cmm = cmm();
         assert_eq!(plan_label(&cmm, &[CoPartitioned], &named), "CMM — shuffle X by b, Y by b; partial sums exchanged");
         let bmm = plan(
@@ -662,12 +666,9 @@ mod tests {
             "RMM (3D) — replicate X 4× along c in place; replicate Y 4× along a, shuffle by a"
         );
         // One name too few, or one letter given two names: the paper's letters.
-        let short: IndexMap<String, Vec<String>> = [("X", vec!["a"]), ("Y", vec!["b", "c"])]
-            .map(|(n, d)| (n.to_string(), d.into_iter().map(String::from).collect()))
-            .into();
+        let short = dim_names(&[("X", &["a"]), ("Y", &["b", "c"])]);
         assert_eq!(plan_label(&cmm, &[CoPartitioned], &short), "CMM — shuffle X by k, Y by k; partial sums exchanged");
-        let clash: IndexMap<String, Vec<String>> =
-            [("X", ["a", "b"]), ("Y", ["d", "c"])].map(|(n, d)| (n.to_string(), d.map(String::from).to_vec())).into();
+        let clash = dim_names(&[("X", &["a", "b"]), ("Y", &["d", "c"])]);
         assert_eq!(plan_label(&cmm, &[CoPartitioned], &clash), "CMM — shuffle X by k, Y by k; partial sums exchanged");
     }
 
@@ -675,8 +676,7 @@ mod tests {
     /// too, where the input reaches the exchange with its own dims.
     #[test]
     fn other_labels_name_an_inputs_dims_by_the_front_ends_names() {
-        let named: IndexMap<String, Vec<String>> =
-            [("X", ["a", "b"]), ("Y", ["b", "c"])].map(|(n, d)| (n.to_string(), d.map(String::from).to_vec())).into();
+        let named = dim_names(&[("X", &["a", "b"]), ("Y", &["b", "c"])]);
         let p = plan(
             r#""n0": {"op": "shuffle", "input": "X", "dims": [0, 1]},
                "n1": {"op": "local_map", "input": "Y", "kernel": "relu", "key": "[k1, k0]"},
