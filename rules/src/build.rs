@@ -209,6 +209,10 @@ pub struct Build {
     /// matched class and the substitution's classes (then the match is
     /// remembered as turned down, like one whose condition fails).
     data_only: bool,
+    /// The name a match is remembered under when several rewrites state one
+    /// equality from each of its sides ([`Rw::same_equality_as`]); else the
+    /// rewrite's own egg name.
+    key_name: Option<Symbol>,
     f: Arc<BuildFn>,
 }
 
@@ -241,7 +245,7 @@ impl Applier<Ia, TraAnalysis> for Build {
                 ids.push(egraph.find(i));
             }
         }
-        let key: MatchKey = (rule_name, egraph.find(eclass), ids);
+        let key: MatchKey = (self.key_name.unwrap_or(rule_name), egraph.find(eclass), ids);
         if egraph.analysis.applied.contains(&key) || Build::rejected_before(egraph, &key) {
             return Vec::new();
         }
@@ -278,7 +282,12 @@ pub fn rewrite_pairs(
     guard: Guard,
     f: impl Fn(&mut TraEGraph, Id, &Subst) -> Vec<(Id, Id)> + Send + Sync + 'static,
 ) -> TraRewrite {
-    rewrite_built(rule, egg_name, lhs, Build { guard, vars: Vec::new(), holds: None, data_only: false, f: Arc::new(f) })
+    rewrite_built(
+        rule,
+        egg_name,
+        lhs,
+        Build { guard, vars: Vec::new(), holds: None, data_only: false, key_name: None, f: Arc::new(f) },
+    )
 }
 
 fn rewrite_built(rule: &'static str, egg_name: &str, lhs: &Pattern<Ia>, build: Build) -> TraRewrite {
@@ -360,6 +369,7 @@ pub struct Rw {
     listed: bool,
     both_ways: bool,
     reads_members: bool,
+    equality: Option<&'static str>,
 }
 
 /// A rewrite `lhs = rhs` (patterns).
@@ -378,6 +388,7 @@ impl Rw {
             listed: true,
             both_ways: false,
             reads_members: false,
+            equality: None,
         }
     }
 
@@ -462,6 +473,17 @@ impl Rw {
         self
     }
 
+    /// One of several rewrites that state one equality of forms, each from
+    /// one of its sides (`A = B = C`: from `A` build `B` and `C`, from `B`
+    /// build `A` and `C`, …), all with the same variables in the same order:
+    /// a match applied by one of them, at a class and with the same classes
+    /// bound, has added every form, so the others skip it instead of building
+    /// the forms again. `group` names the equality (the same for each).
+    pub fn same_equality_as(mut self, group: &'static str) -> Rw {
+        self.equality = Some(group);
+        self
+    }
+
     /// Not listed in the equation: it states an equation already listed (the
     /// other direction, or the same equality from another side).
     pub fn unlisted(mut self) -> Rw {
@@ -510,6 +532,7 @@ impl Rw {
         let when = Arc::new(self.when);
         let holds = move |eg: &TraEGraph, id: Id, s: &Subst| when.iter().all(|c| c.holds(eg, id, s));
         let reads_members = self.reads_members;
+        let key_name = self.equality.map(|g| Symbol::from(format!("{rule}/={g}")));
         let build = |lhs: &Pattern<Ia>, name: String, rhs: Rhs, holds: Arc<Test>| -> TraRewrite {
             let holds = Some(holds);
             match rhs {
@@ -530,13 +553,21 @@ impl Rw {
                         };
                         asts.iter().filter_map(|a| inst(eg, a, s)).map(|r| (id, r)).collect()
                     };
-                    rewrite_built(rule, &name, lhs, Build { guard, vars: Vec::new(), holds, data_only, f: Arc::new(f) })
+                    rewrite_built(
+                        rule,
+                        &name,
+                        lhs,
+                        Build { guard, vars: Vec::new(), holds, data_only, key_name, f: Arc::new(f) },
+                    )
                 }
                 // A computed right-hand side may read the graph: only its
                 // failed conditions are remembered.
-                Rhs::Apply { f, .. } => {
-                    rewrite_built(rule, &name, lhs, Build { guard, vars: Vec::new(), holds, data_only: false, f })
-                }
+                Rhs::Apply { f, .. } => rewrite_built(
+                    rule,
+                    &name,
+                    lhs,
+                    Build { guard, vars: Vec::new(), holds, data_only: false, key_name, f },
+                ),
             }
         };
         let holds: Arc<Test> = Arc::new(holds);
@@ -646,6 +677,19 @@ impl Rule {
         let (name, guard) = (self.name, self.guard);
         assert!(!self.why.is_empty(), "rule {name}: no `why`");
         let reads_members = self.rws.iter().any(|r| r.reads_members);
+        for r in self.rws.iter().filter(|r| r.equality.is_some()) {
+            let forms = |r: &Rw| -> Option<(Vec<Var>, Vec<String>)> {
+                let Rhs::Patterns { pats, bind: None } = &r.rhs else { return None };
+                let mut forms: Vec<String> = pats.iter().chain([&r.lhs]).map(|p| p.ast.to_string()).collect();
+                forms.sort();
+                (r.when.is_empty() && !r.both_ways && !r.reads_members).then(|| (r.lhs.vars(), forms))
+            };
+            let mine = forms(r);
+            assert!(mine.is_some(), "rule {name}: `same_equality_as` needs patterns, no condition and no binder");
+            for other in self.rws.iter().filter(|o| o.equality == r.equality) {
+                assert!(forms(other) == mine, "rule {name}: the rewrites of equality {:?} state different forms or bind variables in another order", r.equality);
+            }
+        }
         RuleDef {
             reads_members,
             name,

@@ -226,19 +226,28 @@ pub fn r2_5() -> RuleDef {
 ///
 /// No condition: in each form every matching pair meets on some site exactly
 /// once (a broadcast operand is everywhere; co-partitioned operands are
-/// hashed on matching join dims). From each form, the other two are added.
+/// hashed on matching join dims). From each form, the other two are added,
+/// once per match: a match applied from one form is skipped by the other two
+/// (`same_equality_as`), which would only build the same forms again.
 ///
 /// Arity audit: `jl` and `jr` keep naming each operand's own dims in every
 /// form; no key map.
 pub fn r2_6() -> RuleDef {
+    r2_6_built(true)
+}
+
+/// `R2-6`, its three rewrites sharing their matches or not (the test that
+/// sharing builds the same graph compares both).
+fn r2_6_built(shared: bool) -> RuleDef {
+    let group = |r: Rw| if shared { r.same_equality_as("placements") } else { r };
     const BL: &str = "(erase (ljoin ?jl ?jr ?k (broadcast (erase ?pa)) ?pb))";
     const BR: &str = "(erase (ljoin ?jl ?jr ?k ?pa (broadcast (erase ?pb))))";
     const CO: &str = "(erase (ljoin ?jl ?jr ?k (shuffle ?jl (erase ?pa)) (shuffle ?jr (erase ?pb))))";
     Rule::new("R2-6", FAMILY)
         .why("in each form every matching pair meets on some site exactly once")
-        .rw(rw(BL, BR).or(CO).named("from-bcast-left"))
-        .rw(rw(BR, BL).or(CO).named("from-bcast-right").unlisted())
-        .rw(rw(CO, BL).or(BR).named("from-co-partition").unlisted())
+        .rw(group(rw(BL, BR).or(CO).named("from-bcast-left")))
+        .rw(group(rw(BR, BL).or(CO).named("from-bcast-right").unlisted()))
+        .rw(group(rw(CO, BL).or(BR).named("from-co-partition").unlisted()))
         .build()
 }
 
@@ -318,7 +327,54 @@ pub fn r2_7b() -> RuleDef {
 
 #[cfg(test)]
 mod tests {
-    use super::proper_subsets;
+    use super::{proper_subsets, r2_6_built};
+    use crate::build::{rw, Rule};
+    use tra_optimizer::optimize::{optimize, Limits};
+    use tra_optimizer::Program;
+
+    /// A match applied from one placement form adds the other two, so the
+    /// other rewrites skipping it build exactly the graph they would have
+    /// built: same nodes, classes and iterations, and plans of the same cost,
+    /// on every example.
+    #[test]
+    fn placements_applied_once_per_match_build_the_same_graph() {
+        let shared = crate::all();
+        let apart: Vec<_> =
+            crate::all().into_iter().map(|r| if r.name == "R2-6" { r2_6_built(false) } else { r }).collect();
+        let dir = format!("{}/../examples", env!("CARGO_MANIFEST_DIR"));
+        let mut seen = 0;
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            let Ok(p) = Program::from_json(&std::fs::read_to_string(&path).unwrap()) else { continue };
+            let (a, b) =
+                (optimize(&p, &shared, &Limits::default()).unwrap(), optimize(&p, &apart, &Limits::default()).unwrap());
+            let what = path.display();
+            let size = |a: &tra_optimizer::optimize::OptimizeAnswer| {
+                (a.stats.egraph_nodes, a.stats.egraph_classes, a.stats.iterations)
+            };
+            assert_eq!(size(&a), size(&b), "{what}: (nodes, classes, iterations)");
+            assert_eq!(
+                (a.cost.network_floats, a.cost.flops),
+                (b.cost.network_floats, b.cost.flops),
+                "{what}: the chosen plan's cost"
+            );
+            seen += 1;
+        }
+        assert!(seen >= 10, "only {seen} examples read from {dir}");
+    }
+
+    #[test]
+    #[should_panic(expected = "state different forms")]
+    fn rewrites_sharing_matches_must_state_the_same_forms() {
+        const A: &str = "(broadcast (erase ?x))";
+        const B: &str = "(shuffle [0] (erase ?x))";
+        const C: &str = "(shuffle [1] (erase ?x))";
+        Rule::new("test-equality", crate::Family::R2)
+            .why("a test")
+            .rw(rw(A, B).same_equality_as("g"))
+            .rw(rw(B, C).same_equality_as("g"))
+            .build();
+    }
 
     #[test]
     fn subsets_in_order() {
