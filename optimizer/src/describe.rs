@@ -189,6 +189,32 @@ struct Source<'a> {
     copies: u64,
     /// A key map or kernel other than the identity was applied.
     mapped: bool,
+    /// The key maps on the way, from the exchange down to the input.
+    maps: Vec<&'a crate::KeyFn>,
+}
+
+impl Source<'_> {
+    /// The input's own dims that the exchanged relation's `dims` are, through
+    /// the key maps on the way (`[k1, k0]` makes dim 0 the input's dim 1); a
+    /// dim a map makes constant (a range of one value, `0..1`) places nothing
+    /// and is left out. `None` when one is computed rather than passed
+    /// through.
+    fn input_dims(&self, dims: &[usize]) -> Option<Vec<usize>> {
+        let mut own = Vec::new();
+        'dims: for &d in dims {
+            let mut d = d;
+            for m in &self.maps {
+                if let Some(Some((lo, hi))) = m.ranges().get(d) {
+                    if hi - lo == 1 {
+                        continue 'dims;
+                    }
+                }
+                d = m.passthrough().get(d).copied().flatten()?;
+            }
+            own.push(d);
+        }
+        Some(own)
+    }
 }
 
 /// The exchanges of a plan, in plan order.
@@ -233,17 +259,25 @@ impl<'a> Moves<'a> {
             if s.copies > 1 {
                 what.push_str(&format!(" (replicated {}×)", s.copies));
             }
-            // The input's own dims (not mapped, not replicated) by the names
-            // a front-end gave them, if it did.
-            let names = dim_names.get(s.input).filter(|_| !s.mapped && s.copies <= 1);
+            // The input's own dims (through the key maps, not replicated),
+            // by the names a front-end gave them, if it did.
+            let names = dim_names.get(s.input).filter(|_| s.copies <= 1);
             match &plan.nodes[e.node] {
                 // one input shuffled twice: `W2 by key 1 and key 0`
-                IaOp::Shuffle { dims, .. } => match shuffle.iter_mut().find(|(_, w, _)| *w == what) {
-                    Some((_, _, by)) => {
-                        by.push_str(&format!(" and {}", by_keys(dims, names).trim_start_matches("by ")))
+                IaOp::Shuffle { dims, .. } => {
+                    let by = match s.input_dims(dims) {
+                        // Replicas: the dims of the relation moved, whose
+                        // ranges number the copies.
+                        _ if s.copies > 1 => by_keys(dims, None),
+                        Some(own) => by_keys(&own, names),
+                        // A computed key: the dims of the relation moved.
+                        None => format!("{} of the map", by_keys(dims, None)),
+                    };
+                    match shuffle.iter_mut().find(|(_, w, _)| *w == what) {
+                        Some((_, _, all)) => all.push_str(&format!(" and {}", by.trim_start_matches("by "))),
+                        None => shuffle.push((rank(s.input), what, by)),
                     }
-                    None => shuffle.push((rank(s.input), what, by_keys(dims, names))),
-                },
+                }
                 _ => broadcast.push((rank(s.input), what)),
             }
         }
@@ -269,8 +303,8 @@ impl<'a> Moves<'a> {
     }
 }
 
-/// `by key 1`, `by keys 0,2`, or `to one site` for no dims.
-/// `by key 1`, `by keys 0,1`, or with the dims' names `by j`, `by (i,j)`.
+/// `by key 1`, `by keys 0,1`, with the dims' names `by j`, `by (i,j)`, or
+/// `to one site` for no dims.
 fn by_keys(dims: &[usize], names: Option<&Vec<String>>) -> String {
     let named: Option<Vec<&str>> = names.and_then(|n| dims.iter().map(|d| n.get(*d).map(String::as_str)).collect());
     match (dims, named) {
@@ -285,7 +319,7 @@ fn by_keys(dims: &[usize], names: Option<&Vec<String>>) -> String {
 /// The input a relation comes from through per-site filters and maps and
 /// earlier shuffles, or `None` when a join or aggregate is on the way.
 fn source<'a>(plan: &'a Plan, mut name: &'a str) -> Option<Source<'a>> {
-    let mut s = Source { input: "", filtered: false, copies: 1, mapped: false };
+    let mut s = Source { input: "", filtered: false, copies: 1, mapped: false, maps: Vec::new() };
     for _ in 0..=plan.nodes.len() {
         if plan.inputs.contains_key(name) {
             s.input = name;
@@ -300,6 +334,7 @@ fn source<'a>(plan: &'a Plan, mut name: &'a str) -> Option<Source<'a>> {
                 if let Some(k) = key {
                     s.copies = s.copies.saturating_mul(k.fanout());
                     s.mapped |= k.fanout() <= 1 && !k.is_identity(k.output_arity());
+                    s.maps.push(k);
                 }
                 s.mapped |= kernel.is_some();
                 name = input;
@@ -686,11 +721,38 @@ mod tests {
                "W": {"op": "local_join", "left": "n0", "right": "n2", "left_keys": [0, 1], "right_keys": [0, 1], "kernel": "matAdd"}"#,
         );
         let generic = plan_label(&p, &[CoPartitioned, CoPartitioned], &IndexMap::new());
-        assert_eq!(generic, "co-partitioned joins — shuffle X by keys 0,1, mapped Y by key 0, Y by key 1");
-        // The mapped Y's dims are not Y's: they keep their positions.
+        // The mapped Y's dim 0 is Y's own dim 1 (`[k1, k0]`): named as Y's.
+        assert_eq!(generic, "co-partitioned joins — shuffle X by keys 0,1, mapped Y by key 1, Y by key 1");
         assert_eq!(
             plan_label(&p, &[CoPartitioned, CoPartitioned], &named),
-            "co-partitioned joins — shuffle X by (a,b), mapped Y by key 0, Y by c"
+            "co-partitioned joins — shuffle X by (a,b), mapped Y by c, Y by c"
+        );
+        // A computed key has no dim of Y's: the mapped relation's own is said.
+        let computed = p.nodes["n1"].clone();
+        let mut q = p.clone();
+        if let IaOp::LocalMap { input, kernel, .. } = computed {
+            q.nodes.insert(
+                "n1".into(),
+                IaOp::LocalMap { input, kernel, key: Some(crate::KeyFn::parse("[k1 + k0, k0]").unwrap()) },
+            );
+        }
+        assert_eq!(
+            plan_label(&q, &[CoPartitioned, CoPartitioned], &named),
+            "co-partitioned joins — shuffle X by (a,b), mapped Y by key 0 of the map, Y by c"
+        );
+        // A dim made constant (one replica, `0..1`) sends the relation to one site.
+        let mut one = p.clone();
+        one.nodes.insert(
+            "n1".into(),
+            IaOp::LocalMap {
+                input: "Y".into(),
+                kernel: None,
+                key: Some(crate::KeyFn::parse("[0..1, k0, k1]").unwrap()),
+            },
+        );
+        assert_eq!(
+            plan_label(&one, &[CoPartitioned, CoPartitioned], &named),
+            "co-partitioned joins — shuffle X by (a,b), mapped Y to one site, Y by c"
         );
     }
 
