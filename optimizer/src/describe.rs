@@ -19,11 +19,22 @@ use std::collections::{HashMap, HashSet};
 
 /// The label of a plan whose local joins use `strategy` (in plan order).
 pub fn plan_label(plan: &Plan, strategy: &[JoinStrategy], dim_names: &IndexMap<String, Vec<String>>) -> String {
+    plan_label_naming(plan, strategy, dim_names, &HashMap::new())
+}
+
+/// [`plan_label`], with the program node each operator computes where it
+/// computes one ([`computes`]): exchanged intermediates are named by it.
+pub fn plan_label_naming(
+    plan: &Plan,
+    strategy: &[JoinStrategy],
+    dim_names: &IndexMap<String, Vec<String>>,
+    computes: &HashMap<String, String>,
+) -> String {
     let moves = Moves::of(plan);
     if let Some(label) = matmul_label(plan, strategy, &moves, dim_names) {
         return label;
     }
-    let details = moves.generic_text(plan, dim_names);
+    let details = moves.generic_text(plan, dim_names, computes);
     let label = match join_headline(strategy) {
         _ if moves.exchanges.is_empty() => "local — nothing moved".into(),
         Some(h) => format!("{h} — {details}"),
@@ -120,6 +131,35 @@ pub fn built_by(eg: &TraEGraph, origins: &Origins, extracted: &ExtractedPlan, pl
         let key = node.clone().map_children(|x| eg.find(extracted.classes[usize::from(x)]));
         if let Some(rule) = origins.get(&key) {
             out.insert(name.clone(), rule.to_string());
+        }
+    }
+    out
+}
+
+/// For every operator of `plan` whose result is exactly the value of one of
+/// the program's nodes (its class, erased, is that node's class), the
+/// node's name: an exchanged intermediate is then named in the label (`S
+/// exchanged`), not only counted. Inputs are left out (their operators are
+/// named by the input already).
+pub fn computes(eg: &TraEGraph, extracted: &ExtractedPlan, plan: &Plan) -> HashMap<String, String> {
+    let program: HashMap<Id, &str> = eg
+        .analysis
+        .program_nodes
+        .iter()
+        .filter(|(name, _)| !plan.inputs.contains_key(name))
+        .map(|(name, id)| (eg.find(*id), name.as_str()))
+        .collect();
+    let mut out = HashMap::new();
+    if program.is_empty() {
+        return out;
+    }
+    let ops = extracted.expr.as_ref().iter().enumerate().filter(|(_, n)| {
+        matches!(n, Ia::Shuffle(_) | Ia::Broadcast(_) | Ia::LJoin(_) | Ia::LAgg(_) | Ia::LFilter(_) | Ia::LMap(_))
+    });
+    for ((i, _), name) in ops.zip(plan.nodes.keys()) {
+        let class = eg.find(extracted.classes[i]);
+        if let Some(node) = eg.lookup(Ia::Erase(class)).and_then(|l| program.get(&eg.find(l))) {
+            out.insert(name.clone(), node.to_string());
         }
     }
     out
@@ -238,14 +278,28 @@ impl<'a> Moves<'a> {
     }
 
     /// `broadcast A; shuffle X by key 1, Y by key 0; 2 intermediates exchanged`.
-    fn generic_text(&self, plan: &Plan, dim_names: &IndexMap<String, Vec<String>>) -> String {
+    fn generic_text(
+        &self,
+        plan: &Plan,
+        dim_names: &IndexMap<String, Vec<String>>,
+        computes: &HashMap<String, String>,
+    ) -> String {
         let mut broadcast: Vec<(usize, String)> = Vec::new();
         let mut shuffle: Vec<(usize, String, String)> = Vec::new();
         let mut inner = 0usize;
+        let mut named: Vec<&str> = Vec::new();
         let rank = |i: &str| plan.inputs.get_index_of(i).unwrap_or(usize::MAX);
         for e in &self.exchanges {
             let Some(s) = &e.source else {
-                inner += 1;
+                let moved = match &plan.nodes[e.node] {
+                    IaOp::Shuffle { input, .. } | IaOp::Broadcast { input } => computes.get(input.as_str()),
+                    _ => None,
+                };
+                match moved {
+                    Some(node) if !named.contains(&node.as_str()) => named.push(node),
+                    Some(_) => {}
+                    None => inner += 1,
+                }
                 continue;
             };
             let mut what = String::new();
@@ -293,8 +347,12 @@ impl<'a> Moves<'a> {
         if !shuffle.is_empty() {
             parts.push(format!("shuffle {}", list(&shuffle)));
         }
+        if !named.is_empty() {
+            parts.push(format!("{} exchanged", named.join(", ")));
+        }
         if inner > 0 {
-            parts.push(format!("{inner} intermediate{} exchanged", if inner == 1 { "" } else { "s" }));
+            let other = if named.is_empty() { "" } else { "other " };
+            parts.push(format!("{inner} {other}intermediate{} exchanged", if inner == 1 { "" } else { "s" }));
         }
         if parts.is_empty() {
             return "nothing moved".into();
@@ -794,6 +852,19 @@ mod tests {
         assert_eq!(
             plan_label(&p, &[CoPartitioned, BroadcastLeft], &IndexMap::new()),
             "1 co-partitioned + 1 broadcast joins — shuffle filtered X by keys 0,1, Y by keys 0,1; 1 intermediate exchanged"
+        );
+        // An intermediate that is a program node's value is named by it.
+        let s_is_n3: HashMap<String, String> = [("n3".to_string(), "S".to_string())].into();
+        assert_eq!(
+            plan_label_naming(&p, &[CoPartitioned, BroadcastLeft], &IndexMap::new(), &s_is_n3),
+            "1 co-partitioned + 1 broadcast joins — shuffle filtered X by keys 0,1, Y by keys 0,1; S exchanged"
+        );
+        let mut also = p.clone();
+        also.nodes.insert("n5".into(), IaOp::Shuffle { input: "Z".into(), dims: vec![0] });
+        also.nodes.insert("n6".into(), IaOp::Shuffle { input: "n3".into(), dims: vec![1] });
+        assert_eq!(
+            plan_label_naming(&also, &[CoPartitioned, BroadcastLeft], &IndexMap::new(), &s_is_n3),
+            "1 co-partitioned + 1 broadcast joins — shuffle filtered X by keys 0,1, Y by keys 0,1; S exchanged; 1 other intermediate exchanged"
         );
         let twice = plan(
             r#""n0": {"op": "shuffle", "input": "Y", "dims": [1]},

@@ -641,7 +641,12 @@ fn attempt(
     for &i in &order {
         let c = &candidates[i];
         let label = order_label(
-            crate::describe::plan_label(&c.plan, &c.strategy, &p.dim_names),
+            crate::describe::plan_label_naming(
+                &c.plan,
+                &c.strategy,
+                &p.dim_names,
+                &crate::describe::computes(&eg, &c.extracted, &c.plan),
+            ),
             &eg,
             &origins,
             &c.extracted,

@@ -128,6 +128,14 @@ pub fn prune(
         })
         .collect();
     out.rebuild();
+    // The program's nodes that kept their class (a node of the written order
+    // that no kept order computes is gone).
+    out.analysis.program_nodes = eg
+        .analysis
+        .program_nodes
+        .iter()
+        .filter_map(|(name, id)| built.get(&eg.find(*id)).map(|&n| (name.clone(), out.find(n))))
+        .collect();
     let explored = eg.classes().map(|c| c.nodes.iter().filter(|n| !matches!(n, Ia::Param(_))).count()).sum();
     (out, new_roots, Pruned { explored, kept: kept.0, reordered: kept.1 })
 }
