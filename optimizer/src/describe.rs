@@ -17,6 +17,10 @@ use egg::{Id, Language};
 use indexmap::IndexMap;
 use std::collections::{HashMap, HashSet};
 
+/// The most exchanged intermediates a label names by their program nodes
+/// (`A1, dZ1 exchanged`); the others are counted.
+const NAMED_INTERMEDIATES: usize = 4;
+
 /// The label of a plan whose local joins use `strategy` (in plan order).
 pub fn plan_label(plan: &Plan, strategy: &[JoinStrategy], dim_names: &IndexMap<String, Vec<String>>) -> String {
     plan_label_naming(plan, strategy, dim_names, &HashMap::new())
@@ -121,19 +125,24 @@ impl Origins {
 /// the rule that first built it. Operators no rule built (an output's alias)
 /// are absent.
 pub fn built_by(eg: &TraEGraph, origins: &Origins, extracted: &ExtractedPlan, plan: &Plan) -> IndexMap<String, String> {
-    // `to_plan` makes one named operator per P operator of the expression, in
-    // expression order; aliases of outputs come after them.
-    let ops = extracted.expr.as_ref().iter().filter(|n| {
-        matches!(n, Ia::Shuffle(_) | Ia::Broadcast(_) | Ia::LJoin(_) | Ia::LAgg(_) | Ia::LFilter(_) | Ia::LMap(_))
-    });
     let mut out = IndexMap::new();
-    for (node, name) in ops.zip(plan.nodes.keys()) {
-        let key = node.clone().map_children(|x| eg.find(extracted.classes[usize::from(x)]));
+    for (i, name) in operators(extracted, plan) {
+        let key = extracted.expr[Id::from(i)].clone().map_children(|x| eg.find(extracted.classes[usize::from(x)]));
         if let Some(rule) = origins.get(&key) {
             out.insert(name.clone(), rule.to_string());
         }
     }
     out
+}
+
+/// Each named operator of `plan` with the index of the expression node it
+/// came from: `to_plan` makes one named operator per P operator of the
+/// expression, in expression order; aliases of outputs come after them.
+fn operators<'a>(extracted: &'a ExtractedPlan, plan: &'a Plan) -> impl Iterator<Item = (usize, &'a String)> + 'a {
+    let ops = extracted.expr.as_ref().iter().enumerate().filter(|(_, n)| {
+        matches!(n, Ia::Shuffle(_) | Ia::Broadcast(_) | Ia::LJoin(_) | Ia::LAgg(_) | Ia::LFilter(_) | Ia::LMap(_))
+    });
+    ops.map(|(i, _)| i).zip(plan.nodes.keys())
 }
 
 /// For every operator of `plan` whose result is exactly the value of one of
@@ -153,10 +162,7 @@ pub fn computes(eg: &TraEGraph, extracted: &ExtractedPlan, plan: &Plan) -> HashM
     if program.is_empty() {
         return out;
     }
-    let ops = extracted.expr.as_ref().iter().enumerate().filter(|(_, n)| {
-        matches!(n, Ia::Shuffle(_) | Ia::Broadcast(_) | Ia::LJoin(_) | Ia::LAgg(_) | Ia::LFilter(_) | Ia::LMap(_))
-    });
-    for ((i, _), name) in ops.zip(plan.nodes.keys()) {
+    for (i, name) in operators(extracted, plan) {
         let class = eg.find(extracted.classes[i]);
         if let Some(node) = eg.lookup(Ia::Erase(class)).and_then(|l| program.get(&eg.find(l))) {
             out.insert(name.clone(), node.to_string());
@@ -295,10 +301,13 @@ impl<'a> Moves<'a> {
                     IaOp::Shuffle { input, .. } | IaOp::Broadcast { input } => computes.get(input.as_str()),
                     _ => None,
                 };
+                // A few names say what moves; a long list would only be
+                // noise (and a program of many nodes a long label): past
+                // NAMED_INTERMEDIATES they are counted.
                 match moved {
-                    Some(node) if !named.contains(&node.as_str()) => named.push(node),
-                    Some(_) => {}
-                    None => inner += 1,
+                    Some(node) if named.contains(&node.as_str()) => {}
+                    Some(node) if named.len() < NAMED_INTERMEDIATES => named.push(node),
+                    _ => inner += 1,
                 }
                 continue;
             };
@@ -865,6 +874,17 @@ mod tests {
         assert_eq!(
             plan_label_naming(&also, &[CoPartitioned, BroadcastLeft], &IndexMap::new(), &s_is_n3),
             "1 co-partitioned + 1 broadcast joins — shuffle filtered X by keys 0,1, Y by keys 0,1; S exchanged; 1 other intermediate exchanged"
+        );
+        // Past four names, the rest are counted.
+        let mut many = p.clone();
+        let mut names = s_is_n3.clone();
+        for k in 0..6 {
+            many.nodes.insert(format!("m{k}"), IaOp::Shuffle { input: format!("v{k}"), dims: vec![0] });
+            names.insert(format!("v{k}"), format!("V{k}"));
+        }
+        assert_eq!(
+            plan_label_naming(&many, &[CoPartitioned, BroadcastLeft], &IndexMap::new(), &names),
+            "1 co-partitioned + 1 broadcast joins — shuffle filtered X by keys 0,1, Y by keys 0,1; S, V0, V1, V2 exchanged; 3 other intermediates exchanged"
         );
         let twice = plan(
             r#""n0": {"op": "shuffle", "input": "Y", "dims": [1]},
