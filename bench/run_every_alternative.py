@@ -12,7 +12,7 @@ For each shape and each cost model (`network`, `time`): `tra optimize
 strategy) with their plans and `cost.seconds`; every distinct plan of either
 model is run with `tra run --plan` on the same random float32 inputs, best of
 --reps (runs interleaved, so that a disturbance of the machine hits every
-plan alike); the measured time is the dataflow's wall time less input loading
+plan alike, every other round in the reverse order); the measured time is the dataflow's wall time less input loading
 (`timings_ms.run - timings_ms.load`); a run during which other programs took
 more than `--max-others` of a machine's processors (`others_busy` in the
 summary: the job processes compare the machine's processor time with their
@@ -29,6 +29,15 @@ than 5% apart).
 With `--baseline-tra OTHER`, the alternatives are also ranked by another tra
 binary's time model (rows `time-baseline`) and every plan either gives is run
 too: a change to the model, before and after, on the same measurements.
+
+With `--head-to-head N`, only the plan each model chooses is run, N times
+each, and the two are compared per shape: the median over repetitions of
+`time`'s seconds over `network`'s in the same repetition, with a 95%
+bootstrap interval; `time faster` or `time slower` where the interval leaves
+out 1, `tie` where it does not. Best-of-5 regrets tell near-ties apart by
+chance (the same two plans measure 10% apart one way, then the other, minutes
+later); this says whether one model's choice is slower than the other's
+beyond that, which is what making `time` the default rests on.
 
 Run `tra calibrate --processes N > profile.json` (or `--hosts FILE`) first
 and pass it with --profile (without it the API's default profile is used).
@@ -62,10 +71,16 @@ ap.add_argument("--max-others", type=float, default=0.10,
 ap.add_argument("--baseline-profile", default=None,
                 help="the profile the baseline ranks with (default: --profile), e.g. the baseline binary's own "
                      "`tra calibrate`, when the calibration changed too")
+ap.add_argument("--head-to-head", type=int, default=None, metavar="N",
+                help="run only the plan each model chooses, N times each (interleaved), and compare them: the "
+                     "median over runs of time's over network's seconds, paired by repetition, with a 95%% "
+                     "bootstrap interval; whether `time` may be the default")
 ap.add_argument("--repredict", default=None,
                 help="run nothing: rank the alternatives with this binary and profile and set them beside the "
                      "measured times of an earlier --json (matched by shape and alternative label)")
 args = ap.parse_args()
+if args.head_to_head is not None and (args.head_to_head < 2 or args.repredict):
+    ap.error("--head-to-head N runs each chosen plan N ≥ 2 times, and cannot be used with --repredict")
 if not 0.0 <= args.max_others <= 1.0:
     ap.error(f"--max-others {args.max_others}: a share of a machine's processors, between 0 and 1")
 b = args.block
@@ -200,7 +215,7 @@ def run_shape(name, prog, d):
         if profile:
             opt += ["--profile", profile]
         answers[model] = json.loads(sh(opt))["alternatives"]
-        for a in answers[model]:
+        for a in answers[model][:1] if args.head_to_head else answers[model]:
             key = json.dumps(a["plan"], sort_keys=True)
             if key not in plans:
                 fp = os.path.join(d, f"plan-{len(plans)}.json")
@@ -211,6 +226,7 @@ def run_shape(name, prog, d):
     writes = {k: None for k in plans}  # the busiest site's seconds writing outputs, in the fastest run
     checksums = {}
     disturbed = kept_disturbed = 0
+    samples = {k: [] for k in plans}  # every repetition's seconds, in order
     if args.repredict:
         # The same plan (rows that list their plans), else the same model's
         # alternative at the same place with the same label.
@@ -231,8 +247,11 @@ def run_shape(name, prog, d):
                           file=sys.stderr)
                     return []
                 measured[key], writes[key] = found
-    for _ in range(0 if args.repredict else args.reps):
-        for key, fp in plans.items():
+    for rep_no in range(0 if args.repredict else args.head_to_head or args.reps):
+        # Every other repetition in the reverse order, so that whatever a run
+        # leaves behind for the next one (warm caches) favours no plan.
+        order = list(plans.items())
+        for key, fp in order[::-1] if rep_no % 2 else order:
             for attempt in range(3):
                 rep = json.loads(sh([args.tra, "run", path, *ins, *where(), "--plan", fp, "--format", "json", *outs]))
                 others = rep.get("others_busy")
@@ -243,6 +262,7 @@ def run_shape(name, prog, d):
                 kept_disturbed += 1
             t = rep["timings_ms"]
             s = (t["run"] - t.get("load", 0.0)) / 1000.0
+            samples[key].append(s)
             if measured[key] is None or s < measured[key]:
                 writes[key] = busiest_writer(rep)
             measured[key] = s if measured[key] is None else min(measured[key], s)
@@ -252,6 +272,8 @@ def run_shape(name, prog, d):
     for key, c in checksums.items():
         for x, y, sc in zip(c, ref, scale):
             assert abs(x - y) <= 1e-3 * sc, f"{name}: plans disagree ({x} vs {y})"
+    if args.head_to_head:
+        return [head_to_head(name, answers, samples, disturbed, kept_disturbed)]
     fastest = min(measured.values())
     rows = []
     for model, alts in answers.items():
@@ -273,6 +295,33 @@ def run_shape(name, prog, d):
     return rows
 
 
+def head_to_head(name, answers, samples, disturbed, kept_disturbed):
+    """The two models' chosen plans compared: each one's median seconds, and
+    the median over repetitions of time's seconds over network's in the same
+    repetition (the plans ran one after the other, so a disturbance of the
+    machine hits both), with a 95% bootstrap interval over repetitions. The
+    verdict: `time faster` or `time slower` where the interval leaves out 1,
+    `tie` where it does not, `same plan` where both chose one."""
+    keys = {m: json.dumps(answers[m][0]["plan"], sort_keys=True) for m in ("network", "time")}
+    label = {m: answers[m][0]["label"] for m in keys}
+    med = {m: float(np.median(samples[k])) for m, k in keys.items()}
+    row = {"shape": name, "labels": label, "median_s": med, "runs": len(samples[keys["time"]]),
+           "runs_disturbed": disturbed, "disturbed_runs_kept": kept_disturbed}
+    if keys["network"] == keys["time"]:
+        row.update(ratio=1.0, interval=[1.0, 1.0], verdict="same plan")
+    else:
+        r = np.array(samples[keys["time"]]) / np.array(samples[keys["network"]])
+        rng = np.random.default_rng(11)
+        boot = np.median(r[rng.integers(0, len(r), (2000, len(r)))], axis=1)
+        lo, hi = (float(x) for x in np.quantile(boot, [0.025, 0.975]))
+        verdict = "time faster" if hi < 1.0 else "time slower" if lo > 1.0 else "tie"
+        row.update(ratio=float(np.median(r)), interval=[lo, hi], verdict=verdict)
+    print(f"{name:34} time/network {row['ratio']:.3f} [{row['interval'][0]:.3f}, {row['interval'][1]:.3f}] "
+          f"{row['verdict']}  ({disturbed} runs disturbed and run again, {kept_disturbed} kept disturbed)",
+          file=sys.stderr, flush=True)
+    return row
+
+
 PREVIOUS = []
 if args.repredict:
     with open(args.repredict) as f:
@@ -289,6 +338,18 @@ def main():
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)
+    if args.head_to_head:
+        setting = f"--hosts ({SITES} workers)" if args.hosts else f"--processes {args.processes}"
+        print(f"{setting}, blocks {b}, {args.head_to_head} runs of each chosen plan; profile {args.profile or 'default'}\n")
+        print("| shape | `network` chooses | `time` chooses | median s, network / time | time ÷ network (95% interval) | verdict |")
+        print("|---|---|---|---:|---:|---|")
+        for r in rows:
+            lo, hi = r["interval"]
+            same = r["verdict"] == "same plan"
+            print(f"| {r['shape']} | {r['labels']['network'][:50]} | {'the same' if same else r['labels']['time'][:50]} | "
+                  f"{r['median_s']['network']:.3f} / {r['median_s']['time']:.3f} | "
+                  f"{r['ratio']:.3f} ({lo:.3f}–{hi:.3f}) | {r['verdict']} |")
+        return
     setting = f"--hosts ({SITES} workers)" if args.hosts else f"--processes {args.processes}"
     print(f"{setting}, blocks {b}, best of {args.reps}; profile {args.profile or 'default'}")
     shapes = {r["shape"]: r for r in rows}.values()

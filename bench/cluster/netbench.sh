@@ -19,7 +19,11 @@
 #   sudo bench/cluster/netbench.sh [--rate 100mbit] [--processes 3] [--reps 5]
 #                                  [--block 256] [--tra PATH] [--out FILE.json]
 #                                  [--every-alternative] [--only TEXT] [--baseline-tra PATH]
-#                                  [--baseline-without FIELD]
+#                                  [--baseline-without FIELD] [--head-to-head N]
+#
+# --head-to-head N (with --every-alternative) runs only the plan each cost
+# model chooses, N times each, and compares them (run_every_alternative.py's
+# --head-to-head).
 #
 # --baseline-without FIELD (with --every-alternative) also ranks every
 # alternative with the calibrated profile less FIELD (rows `time-baseline`,
@@ -38,6 +42,7 @@ EVERY=0
 ONLY=""
 BASELINE=""
 WITHOUT=""
+H2H=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --rate) RATE="$2"; shift 2 ;;
@@ -50,6 +55,7 @@ while [ $# -gt 0 ]; do
     --only) ONLY="$2"; shift 2 ;;
     --baseline-tra) BASELINE="$2"; shift 2 ;;
     --baseline-without) WITHOUT="$2"; shift 2 ;;
+    --head-to-head) H2H="$2"; shift 2 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -127,7 +133,8 @@ if [ "$EVERY" = 1 ]; then
   fi
   python3 bench/run_every_alternative.py --tra "$TRA" --hosts "$WORK/hosts.txt" --work "$WORK" \
     --profile "$PROFILE" --reps "$REPS" --block "$BLOCK" --json "$OUT" ${ONLY:+--only "$ONLY"} \
-    ${BASELINE:+--baseline-tra "$BASELINE"} ${BASELINE_PROFILE:+--baseline-profile "$BASELINE_PROFILE"}
+    ${BASELINE:+--baseline-tra "$BASELINE"} ${BASELINE_PROFILE:+--baseline-profile "$BASELINE_PROFILE"} \
+    ${H2H:+--head-to-head "$H2H"}
   exit 0
 fi
 
