@@ -77,6 +77,16 @@ const CLUSTER_DEFAULTS = {sites: 4, network_weight: 1, compute_weight: 0, cost_m
 const CONTROL_OF = {sites: "sites", network_weight: "alpha", compute_weight: "beta", cost_model: "costModel"};
 /** The profile the API uses where a request gives none (docs/API.md). */
 const PROFILE_DEFAULTS = {link_bytes_per_second: 1.25e9, site_flops_per_second: 1.0e11, memory_bytes_per_second: 1.0e10, latency_seconds: 1e-4, bytes_per_float: 4};
+/** The server's own defaults, learnt from its answers to programs that name
+ *  none (`tra serve --cost-model`, `--profile`): the model switch shows the
+ *  model a program without `cost_model` gets. */
+const SERVER = {cost_model: null};
+
+/** Whether a profile is the API's defaults and nothing more. */
+function isDefaultProfile(p) {
+  const keys = Object.keys(p);
+  return keys.length === Object.keys(PROFILE_DEFAULTS).length && keys.every((k) => p[k] === PROFILE_DEFAULTS[k]);
+}
 
 /** Predicted seconds, in the unit that reads best. */
 function secs(s) {
@@ -135,7 +145,7 @@ function controlsFromEditor() {
     if (document.activeElement === input && input.value !== "" && Number(input.value) === v) continue;
     input.value = typeof v === "number" ? String(v) : "";
   }
-  const model = c.cost_model ?? CLUSTER_DEFAULTS.cost_model;
+  const model = c.cost_model ?? SERVER.cost_model ?? CLUSTER_DEFAULTS.cost_model;
   if (model === "network" || model === "time") $("costModel").value = model;
   document.body.dataset.editorSites = String(sites);
   markStale();
@@ -272,6 +282,12 @@ async function optimize() {
   }
   state.answer = r.data;
   state.body = body;
+  // A program naming no cost model got the server's: the switch shows it.
+  const chose = r.data.stats && r.data.stats.cost_model;
+  if (body.cluster?.cost_model === undefined && (chose === "network" || chose === "time")) {
+    SERVER.cost_model = chose;
+    $("costModel").value = chose;
+  }
   noteSeries(r.data.alternatives || [], {current: true});
   render();
   markStale();
@@ -489,8 +505,10 @@ function renderSiteLoads(answer, cl, alts, shown) {
       <span class="load-site mono">site ${s}</span>
       <div class="load-bars">${bar(l, "bytes_out", "out")}${bar(l, "bytes_in", "in")}${bar(l, "flops", "flops")}${bar(l, "output_bytes", "write")}</div>
       <span class="load-figs muted small">${si(l.bytes_out)}B ↑ · ${si(l.bytes_in)}B ↓ · ${si(l.flops)} flops · ${si(l.memory_bytes)}B memory · ${si(l.output_bytes)}B written</span></div>`).join("") : "";
-  const p = {...PROFILE_DEFAULTS, ...(cl.profile || {})};
-  $("profileInUse").textContent = `profile${cl.profile ? "" : " (defaults)"}: link ${si(p.link_bytes_per_second)}B/s per site and direction · ${si(p.site_flops_per_second)} flop/s per site · memory ${si(p.memory_bytes_per_second)}B/s per site · latency ${secs(p.latency_seconds)} per exchange · ${p.bytes_per_float} bytes per float` +
+  // The profile the answer says it used (older servers: the request's or the defaults).
+  const p = (answer.stats && answer.stats.profile) || {...PROFILE_DEFAULTS, ...(cl.profile || {})};
+  const from = cl.profile ? "" : isDefaultProfile(p) ? " (defaults)" : " (the server's, tra serve --profile)";
+  $("profileInUse").textContent = `profile${from}: link ${si(p.link_bytes_per_second)}B/s per site and direction · ${si(p.site_flops_per_second)} flop/s per site · memory ${si(p.memory_bytes_per_second)}B/s per site · latency ${secs(p.latency_seconds)} per exchange · ${p.bytes_per_float} bytes per float` +
     (p.exchange_cpu_bytes_per_second ? ` · a site's processors exchange ${si(p.exchange_cpu_bytes_per_second)}B/s` : "") +
     (p.output_bytes_per_second ? ` · a site writes outputs at ${si(p.output_bytes_per_second)}B/s` : "") +
     (p.machine_processors && p.site_threads && p.machine_sites ? ` · measured as ${p.machine_sites} sites of ${p.site_threads} kernel thread${p.site_threads === 1 ? "" : "s"} sharing ${p.machine_processors} processors` : "") +

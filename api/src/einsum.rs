@@ -221,10 +221,12 @@ async fn handle(st: &AppState, body: &[u8]) -> Result<Value, Response> {
         .cpu(&st.optimize_deadline(), move || {
             let value = crate::server::parse_json(&body)?;
             let req = parse_request(&value)?;
-            let compiled = match compile(&req, &opts) {
+            let mut compiled = match compile(&req, &opts) {
                 Ok(c) => c,
                 Err(e) => return Ok(Err(e)),
             };
+            // The server's profile and cost model where the request names none.
+            compiled.program = st2.with_defaults(&value["cluster"], compiled.program);
             let optimized = st2.optimize_here(&compiled.program)?;
             Ok(Ok(json!({
                 "program": compiled.program,

@@ -168,6 +168,9 @@ pub struct ServerConfig {
     /// The cluster profile of a request that gives none (`tra serve
     /// --profile FILE`, as `tra calibrate` prints it); the defaults when absent.
     pub profile: Option<tra_optimizer::time::Profile>,
+    /// The cost model of a request that names none (`tra serve
+    /// --cost-model`); `network` when absent.
+    pub cost_model: Option<tra_optimizer::time::CostModel>,
 }
 
 impl Default for ServerConfig {
@@ -196,6 +199,7 @@ impl Default for ServerConfig {
             shutdown_grace: Duration::from_secs(5),
             strict: false,
             profile: None,
+            cost_model: None,
         }
     }
 }
@@ -358,14 +362,20 @@ impl AppState {
         }
     }
 
-    /// The program with the server's profile when it names none.
-    pub(crate) fn with_profile(&self, mut program: Program) -> Program {
-        if let Some(profile) = self.inner.config.profile {
-            let mut cluster = program.cluster();
-            if cluster.profile.is_none() {
-                cluster.profile = Some(profile);
-                program.cluster = Some(cluster);
-            }
+    /// The program with the server's profile when it names none, and the
+    /// server's cost model when `given`, the request's `cluster` object
+    /// (`Value::Null` without one), has no `cost_model`.
+    pub(crate) fn with_defaults(&self, given: &Value, mut program: Program) -> Program {
+        let config = &self.inner.config;
+        let mut cluster = program.cluster();
+        if cluster.profile.is_none() {
+            cluster.profile = config.profile;
+        }
+        if let Some(model) = config.cost_model.filter(|_| given.get("cost_model").is_none()) {
+            cluster.cost_model = model;
+        }
+        if program.cluster.is_some() || cluster != tra_optimizer::Cluster::default() {
+            program.cluster = Some(cluster);
         }
         program
     }
@@ -826,7 +836,8 @@ const OPTIMIZE_ALSO: &[&str] = &["data"];
 
 async fn optimize_handler(State(st): State<AppState>, JsonBody(body): JsonBody) -> Result<Response, ApiError> {
     let answer = if body.len() <= INLINE_PARSE_BYTES {
-        let program = st.with_profile(Program::from_request(&parse_json(&body)?, OPTIMIZE_ALSO)?);
+        let value = parse_json(&body)?;
+        let program = st.with_defaults(&value["cluster"], Program::from_request(&value, OPTIMIZE_ALSO)?);
         let key = cache_key(&program)?;
         match st.inner.answers.get(&key) {
             Some(hit) => hit,
@@ -838,7 +849,8 @@ async fn optimize_handler(State(st): State<AppState>, JsonBody(body): JsonBody) 
     } else {
         let st2 = st.clone();
         st.cpu(&st.optimize_deadline(), move || {
-            let program = st2.with_profile(Program::from_request(&parse_json(&body)?, OPTIMIZE_ALSO)?);
+            let value = parse_json(&body)?;
+            let program = st2.with_defaults(&value["cluster"], Program::from_request(&value, OPTIMIZE_ALSO)?);
             st2.optimize_here(&program)
         })
         .await?

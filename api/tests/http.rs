@@ -669,6 +669,55 @@ async fn the_time_model_spreads_a_skewed_matmul_and_the_network_model_keeps_rmm(
     assert!(c.windows(2).all(|w| w[0] <= w[1]), "alternatives ranked by predicted seconds: {c:?}");
 }
 
+/// `tra serve --profile` and `--cost-model`: a request that names neither
+/// gets the server's, one that names them keeps its own, and the answer says
+/// which profile it was predicted under (`stats.profile`), on every endpoint
+/// that optimizes.
+#[tokio::test]
+async fn the_servers_profile_and_cost_model_apply_where_a_request_names_none() {
+    use tra_optimizer::time::{CostModel, Profile};
+    let slow = Profile { link_bytes_per_second: 1.25e7, ..Profile::default() };
+    let plain = start(ServerConfig::default()).await;
+    let served =
+        start(ServerConfig { profile: Some(slow), cost_model: Some(CostModel::Time), ..ServerConfig::default() }).await;
+
+    let defaults = post(plain, "/v1/optimize", &skewed(None)).await.json();
+    assert_eq!(defaults["stats"]["cost_model"], "network");
+    assert_eq!(defaults["stats"]["profile"]["link_bytes_per_second"], 1.25e9, "{}", defaults["stats"]);
+
+    let servers = post(served, "/v1/optimize", &skewed(None)).await.json();
+    assert_eq!(servers["stats"]["cost_model"], "time", "the server's model: {}", servers["stats"]);
+    assert_eq!(servers["stats"]["profile"]["link_bytes_per_second"], 1.25e7, "{}", servers["stats"]);
+    assert_eq!(servers["cost"]["total"], servers["cost"]["seconds"], "chosen by predicted seconds");
+    // The same program under the server's figures named in the request: the same answer.
+    let mut named = skewed(Some("time"));
+    named["cluster"]["profile"] = json!({"link_bytes_per_second": 1.25e7});
+    let same = post(plain, "/v1/optimize", &named).await.json();
+    assert_eq!(same["plan"], servers["plan"]);
+    assert_eq!(same["cost"], servers["cost"]);
+
+    // A request's own model and profile win over the server's.
+    let mut own = skewed(Some("network"));
+    own["cluster"]["profile"] = json!({"link_bytes_per_second": 5e9});
+    let own = post(served, "/v1/optimize", &own).await.json();
+    assert_eq!(own["stats"]["cost_model"], "network", "{}", own["stats"]);
+    assert_eq!(own["stats"]["profile"]["link_bytes_per_second"], 5e9, "{}", own["stats"]);
+    assert_eq!(own["plan"], defaults["plan"], "network's choice does not depend on the profile");
+
+    // A program with no `cluster` at all, and the einsum front-end, get them too.
+    let mut bare = skewed(None);
+    bare.as_object_mut().unwrap().remove("cluster");
+    let bare = post(served, "/v1/optimize", &bare).await.json();
+    assert_eq!(bare["stats"]["cost_model"], "time", "{}", bare["stats"]);
+    let einsum = json!({"expression": "ij,jk->ik", "inputs": {"A": {"shape": [2048, 2048]}, "B": {"shape": [2048, 2048]}},
+                        "block": 512});
+    let e = post(served, "/v1/einsum", &einsum).await;
+    assert_eq!(e.status, 200, "{}", e.json());
+    let e = e.json();
+    assert_eq!(e["optimize"]["stats"]["cost_model"], "time", "{}", e["optimize"]["stats"]);
+    assert_eq!(e["optimize"]["stats"]["profile"]["link_bytes_per_second"], 1.25e7);
+}
+
 #[tokio::test]
 async fn a_slow_network_profile_changes_the_prediction_and_a_bad_one_is_named() {
     let addr = start(ServerConfig::default()).await;

@@ -141,6 +141,11 @@ pub struct Stats {
     pub optimize_ms: f64,
     /// The cost model that chose the plan: `network` or `time`.
     pub cost_model: CostModel,
+    /// The cluster profile every `cost.seconds` is predicted under: the
+    /// request's, else the server's (`tra serve --profile`), else the
+    /// defaults. Said in the answer so that a reader of the figures (the
+    /// page, a front-end) need not guess which one applied.
+    pub profile: Profile,
     /// Distinct plans scored exactly under the time model (the candidates
     /// extraction gave; 0 under `network`).
     pub plans_scored: usize,
@@ -684,6 +689,7 @@ fn attempt(
             stop_phase,
             optimize_ms: start.elapsed().as_secs_f64() * 1000.0,
             cost_model: cluster.cost_model,
+            profile: cluster.profile(),
             plans_scored: if cluster.cost_model == CostModel::Time { seen.len() } else { 0 },
         },
     })

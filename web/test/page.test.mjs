@@ -596,3 +596,31 @@ test("the page of tra serve", async (t) => {
     assert.deepEqual(pageErrors, []);
   });
 });
+
+test("a server with its own profile and cost model: the page shows them", {skip: process.env.TRA_URL ? "needs its own server" : false}, async () => {
+  const {writeFileSync, rmSync} = await import("node:fs");
+  const {tmpdir} = await import("node:os");
+  const profilePath = resolve(tmpdir(), `tra-page-profile-${process.pid}.json`);
+  writeFileSync(profilePath, JSON.stringify({link_bytes_per_second: 3.3e7, site_flops_per_second: 6e10, latency_seconds: 0.016}));
+  const port = await freePort();
+  const url = `http://127.0.0.1:${port}`;
+  const own = spawn(bin, ["serve", "--addr", `127.0.0.1:${port}`, "--profile", profilePath, "--cost-model", "time"],
+    {stdio: ["ignore", "ignore", "ignore"], env: {...process.env, RUST_LOG: "warn"}});
+  const p = await browser.newPage({viewport: {width: 1920, height: 1080}});
+  try {
+    await waitHealthy(url, 30_000);
+    await p.goto(url + "/");
+    await p.waitForFunction(() => document.querySelectorAll(".alt-card").length >= 1 && window.__tra.answer);
+    const program = await p.$eval("#program", (e) => JSON.parse(e.value));
+    assert.equal(program.cluster?.cost_model, undefined, "the example names no cost model");
+    assert.equal(await p.evaluate(() => window.__tra.answer.stats.cost_model), "time");
+    assert.equal(await p.$eval("#costModel", (e) => e.value), "time", "the switch shows the server's model");
+    const text = await p.$eval("#profileInUse", (e) => e.textContent);
+    assert.match(text, /^profile \(the server's, tra serve --profile\): link 33 MB\/s/, text);
+    assert.match(text, /latency 16\.00 ms per exchange/, text);
+  } finally {
+    await p.close();
+    own.kill("SIGTERM");
+    rmSync(profilePath, {force: true});
+  }
+});

@@ -113,7 +113,7 @@ pub(super) async fn execute_handler(
 fn prepare(st: &AppState, body: &[u8]) -> Result<Prepared, ApiError> {
     let config = st.config();
     let value = parse_json(body)?;
-    let program = st.with_profile(Program::from_request(&value, &["data"])?);
+    let program = st.with_defaults(&value["cluster"], Program::from_request(&value, &["data"])?);
     let typed = check_program(&program)?;
     let sites = program.cluster().sites;
     if sites > config.max_execute_sites {

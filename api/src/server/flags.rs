@@ -89,6 +89,12 @@ pub struct ServeArgs {
     /// time cost model for requests that give no `cluster.profile`.
     #[arg(long, value_name = "FILE")]
     pub profile: Option<String>,
+    /// The cost model of requests that name no `cluster.cost_model`:
+    /// `network` (floats moved, the paper's model) or `time` (predicted
+    /// seconds under the profile; with --profile of this cluster, the plan
+    /// that is fastest on it). Default: network.
+    #[arg(long, value_parser = ["network", "time"])]
+    pub cost_model: Option<String>,
     /// Where `POST /v1/execute` runs: threads, or the workers of a host file.
     #[command(flatten)]
     pub cluster: crate::cluster::ServeClusterArgs,
@@ -120,6 +126,11 @@ impl ServeArgs {
             body_timeout: Duration::from_millis(self.body_timeout_ms),
             shutdown_grace: Duration::from_millis(self.shutdown_grace_ms),
             profile: self.profile.as_deref().map(crate::cost_model::read_profile).transpose()?,
+            cost_model: match self.cost_model.as_deref() {
+                Some("time") => Some(tra_optimizer::time::CostModel::Time),
+                Some(_) => Some(tra_optimizer::time::CostModel::Network),
+                None => None,
+            },
             ..d
         })
     }

@@ -156,7 +156,8 @@ pub fn document(config: &ServerConfig) -> Value {
                 "compute_weight": {"type": "number", "default": 0, "minimum": 0, "maximum": 1e100, "description": "β in α·network_floats + β·flops"},
                 "cost_model": {"type": "string", "enum": ["network", "time"], "default": "network",
                     "description": "What the optimizer minimizes: `network` (α·network_floats + β·flops, the paper's model) \
-                                    or `time` (predicted seconds under `profile`, from exact per-site loads)"},
+                                    or `time` (predicted seconds under `profile`, from exact per-site loads); \
+                                    absent: the server's (`tra serve --cost-model`), network unless it says otherwise"},
                 "profile": r("Profile")
             },
             "additionalProperties": false
@@ -290,10 +291,13 @@ pub fn document(config: &ServerConfig) -> Value {
                 "stop_phase": {"type": ["string", "null"], "enum": ["contraction_order", "lowering", "exploration", null],
                     "description": "The saturation phase the limit of `stop_reason` stopped; null when saturated"},
                 "optimize_ms": {"type": "number"},
-                "cost_model": {"type": "string", "enum": ["network", "time"], "description": "The cost model that chose the plan"},
+                "cost_model": {"type": "string", "enum": ["network", "time"],
+                    "description": "The cost model that chose the plan: the request's, else the server's (`tra serve --cost-model`), else network"},
+                "profile": {"allOf": [r("Profile")],
+                    "description": "The profile every `cost.seconds` is predicted under: the request's, else the server's (`tra serve --profile`), else the defaults"},
                 "plans_scored": {"type": "integer", "description": "Distinct candidate plans scored exactly under `time` (0 under `network`)"}
             },
-            "required": ["egraph_nodes", "egraph_classes", "iterations", "order_nodes_explored", "order_nodes_kept", "stop_reason", "stop_phase", "optimize_ms", "cost_model", "plans_scored"]
+            "required": ["egraph_nodes", "egraph_classes", "iterations", "order_nodes_explored", "order_nodes_kept", "stop_reason", "stop_phase", "optimize_ms", "cost_model", "profile", "plans_scored"]
         },
         "OptimizeAnswer": {
             "type": "object",
