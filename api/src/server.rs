@@ -636,6 +636,16 @@ pub async fn serve_with_shutdown(
     if let Some(c) = &config.cluster {
         tracing::info!(target: "tra::http", "POST /v1/execute runs on the cluster {}", c.describe());
     }
+    // What a request naming no cost model or profile gets.
+    tracing::info!(
+        target: "tra::http",
+        "cost model of requests that name none: {}; profile: {}",
+        config.cost_model.unwrap_or_default().as_str(),
+        match &config.profile {
+            Some(p) => serde_json::to_string(p).unwrap_or_default(),
+            None => "the defaults".to_string(),
+        }
+    );
     let limits = listener::ConnLimits {
         max_connections: config.max_connections.max(1),
         header_timeout: config.header_timeout,
