@@ -215,6 +215,17 @@ pub fn charge_layout_bytes(bytes: u64) {
     })
 }
 
+/// Bytes this thread's request may still charge against its key budget
+/// (`None` without one): what may be allocated ahead of charging it.
+pub fn key_bytes_left() -> Option<u64> {
+    CURRENT.with(|c| {
+        let c = c.borrow();
+        let scope = c.as_ref()?;
+        let (budget, _) = scope.deadline.key_bytes.as_ref()?;
+        Some(budget.saturating_sub(scope.key_bytes))
+    })
+}
+
 /// Bytes of key sets and layouts this thread's request has charged so far
 /// against its key budget (0 without one).
 pub fn charged_bytes() -> u64 {

@@ -70,21 +70,40 @@ use std::sync::Arc;
 /// The site of a tuple: one site, or every site (a replicated tuple).
 pub const EVERYWHERE: u32 = u32::MAX;
 
+/// No tuple (the end of a chain of tuples in a join's index).
+const NO_TUPLE: u32 = u32::MAX;
+
 /// The `(key, site)` pairs of a physical value ([`EVERYWHERE`] for a
 /// replicated tuple). A partial aggregate holds a key once per site it is on.
 /// Keys are stored end to end (one allocation for the whole value, not one
-/// per key: a join of two 160-tuple relations makes thousands).
+/// per key: a join of two 160-tuple relations makes thousands), and shared
+/// by the layouts that hold the same keys in the same order on other sites
+/// (a shuffle's, a broadcast's, a map's that keeps its keys): moving tuples
+/// copies only their sites.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Layout {
     arity: usize,
-    keys: Vec<u32>,
+    keys: Arc<Vec<u32>>,
     sites: Vec<u32>,
 }
 
 impl Layout {
     /// An empty layout of keys of `arity` dims, with room for `n` tuples.
     pub fn with_capacity(arity: usize, n: usize) -> Layout {
-        Layout { arity, keys: Vec::with_capacity(arity * n), sites: Vec::with_capacity(n) }
+        Layout { arity, keys: Arc::new(Vec::with_capacity(arity * n)), sites: Vec::with_capacity(n) }
+    }
+
+    /// An empty layout of the keys of `self`, in its order, each to be
+    /// given a site by [`Layout::push_site`]; the keys are shared, not
+    /// copied.
+    fn same_keys(&self) -> Layout {
+        Layout { arity: self.arity, keys: self.keys.clone(), sites: Vec::with_capacity(self.sites.len()) }
+    }
+
+    /// The site of the next key of a layout made by [`Layout::same_keys`].
+    fn push_site(&mut self, site: u32) {
+        self.sites.push(site);
+        debug_assert!(self.keys.len() >= self.arity * self.sites.len(), "more sites than keys");
     }
 
     /// Number of tuples.
@@ -92,9 +111,11 @@ impl Layout {
         self.sites.len()
     }
 
-    /// Bytes its keys and sites take.
+    /// Bytes its keys and sites take; keys it shares with another layout
+    /// are not counted (the one that made them was charged).
     pub fn bytes(&self) -> u64 {
-        ((self.keys.capacity() + self.sites.capacity()) * std::mem::size_of::<u32>()) as u64
+        let keys = if Arc::strong_count(&self.keys) == 1 { self.keys.capacity() } else { 0 };
+        ((keys + self.sites.capacity()) * std::mem::size_of::<u32>()) as u64
     }
 
     /// True when it holds no tuple.
@@ -109,9 +130,14 @@ impl Layout {
 
     /// Add a tuple (`key` of [`Layout::arity`] dims).
     pub fn push(&mut self, key: impl IntoIterator<Item = u32>, site: u32) {
-        self.keys.extend(key);
+        Arc::make_mut(&mut self.keys).extend(key);
         self.sites.push(site);
         debug_assert_eq!(self.keys.len(), self.arity * self.sites.len(), "a key of another arity");
+    }
+
+    /// The key and site of tuple `i`.
+    fn get(&self, i: usize) -> (&[u32], u32) {
+        (&self.keys[i * self.arity..(i + 1) * self.arity], self.sites[i])
     }
 
     /// The tuples' keys and sites, in order.
@@ -170,7 +196,19 @@ impl Growth {
 /// when a dim is outside the key).
 type Projected = smallvec::SmallVec<[u32; 4]>;
 
+#[inline]
 fn project(key: &[u32], dims: &[usize]) -> Option<Projected> {
+    // Filled in place, not collected into `Option<SmallVec>` nor pushed one
+    // by one: this runs for every tuple of every join and aggregation, and
+    // the generic collect was a quarter of a large program's extraction
+    // under the time model.
+    if dims.len() <= 4 {
+        let mut buf = [0u32; 4];
+        for (b, &d) in buf.iter_mut().zip(dims) {
+            *b = *key.get(d)?;
+        }
+        return Some(Projected::from_buf_and_len(buf, dims.len()));
+    }
     dims.iter().map(|&d| key.get(d).copied()).collect()
 }
 
@@ -383,7 +421,7 @@ impl LoadCache {
                 }
                 let input = &args[0].layout;
                 if want_layout {
-                    Layout { sites: vec![EVERYWHERE; input.len()], ..(**input).clone() }
+                    Layout { sites: vec![EVERYWHERE; input.len()], ..input.same_keys() }
                 } else {
                     Layout::default()
                 }
@@ -394,7 +432,8 @@ impl LoadCache {
                 if let Some(d) = dims.iter().find(|&&d| d >= input.arity()) {
                     return Err(err(format!("shuffle dim {d} outside keys of {} dims", input.arity())));
                 }
-                let mut out = Layout::with_capacity(input.arity(), if want_layout { input.len() } else { 0 });
+                // The same keys in the same order, on the sites of `dims`.
+                let mut out = if want_layout { input.same_keys() } else { Layout::default() };
                 for (k, site) in input.iter() {
                     if growth.stop(&out) {
                         return Err(spent());
@@ -405,7 +444,7 @@ impl LoadCache {
                         loads[to as usize].bytes_in += bytes;
                     }
                     if want_layout {
-                        out.push(k.iter().copied(), to);
+                        out.push_site(to);
                     }
                 }
                 out
@@ -414,19 +453,55 @@ impl LoadCache {
                 let (lb, rb) = (&ty(left).rel.array_bounds, &ty(right).rel.array_bounds);
                 let per = (kernel.flops(&[lb, rb]), self.call_bytes(kernel, &[lb, rb]));
                 let (left_l, right_l) = (&args[0].layout, &args[1].layout);
-                let mut index: FxHashMap<Projected, Vec<(&[u32], u32)>> =
+                // The right tuples by join key, in their order: per key its
+                // first and last tuple and how many, per tuple the next one
+                // with its key (a chain, not a vector per key: a join on
+                // every dim has as many keys as tuples).
+                let mut index: FxHashMap<Projected, (u32, u32, usize)> =
                     FxHashMap::with_capacity_and_hasher(right_l.len(), Default::default());
-                for (k, site) in right_l.iter() {
+                let mut next = vec![NO_TUPLE; right_l.len()];
+                for (i, (k, _)) in right_l.iter().enumerate() {
                     let jk = project(k, right_keys)
                         .ok_or_else(|| err(format!("right key {k:?} has no dims {right_keys:?}")))?;
-                    index.entry(jk).or_default().push((k, site));
+                    let i = i as u32;
+                    match index.entry(jk) {
+                        std::collections::hash_map::Entry::Occupied(mut e) => {
+                            let (_, last, n) = e.get_mut();
+                            next[*last as usize] = i;
+                            *last = i;
+                            *n += 1;
+                        }
+                        std::collections::hash_map::Entry::Vacant(e) => {
+                            e.insert((i, i, 1));
+                        }
+                    }
                 }
-                let kept: Vec<usize> = (0..right_l.arity()).filter(|d| !right_keys.contains(d)).collect();
-                let mut out = Layout::with_capacity(left_l.arity() + kept.len(), 0);
-                for (lk, ls) in left_l.iter() {
+                // Each left tuple's first matching right tuple.
+                let mut matched = Vec::with_capacity(left_l.len());
+                let mut pairs = 0usize;
+                for (lk, _) in left_l.iter() {
                     let jk = project(lk, left_keys)
                         .ok_or_else(|| err(format!("left key {lk:?} has no dims {left_keys:?}")))?;
-                    for &(rk, rs) in index.get(&jk).map(Vec::as_slice).unwrap_or(&[]) {
+                    let (first, _, n) = index.get(&jk).copied().unwrap_or((NO_TUPLE, NO_TUPLE, 0));
+                    pairs = pairs.saturating_add(n);
+                    matched.push(first);
+                }
+                let kept: Vec<usize> = (0..right_l.arity()).filter(|d| !right_keys.contains(d)).collect();
+                // Room for every pair of matching keys (those on different
+                // sites are not made), up to a million and to what the key
+                // budget has left (a larger join is charged as it grows,
+                // and stopped past the budget): growing by doubling copied
+                // the largest layouts several times.
+                let arity = left_l.arity() + kept.len();
+                let tuple_bytes = (arity as u64 + 1) * std::mem::size_of::<u32>() as u64;
+                let budgeted = crate::deadline::key_bytes_left().map_or(u64::MAX, |b| b / tuple_bytes);
+                let room = if want_layout { (pairs as u64).min(1 << 20).min(budgeted) as usize } else { 0 };
+                let mut out = Layout::with_capacity(arity, room);
+                for ((lk, ls), &first) in left_l.iter().zip(&matched) {
+                    let mut r = first;
+                    while r != NO_TUPLE {
+                        let (rk, rs) = right_l.get(r as usize);
+                        r = next[r as usize];
                         if growth.stop(&out) {
                             return Err(spent());
                         }
@@ -535,7 +610,11 @@ impl LoadCache {
                 let per = kernel.as_ref().map_or((0, 0), |k| (k.flops(&[ib]), self.call_bytes(k, &[ib])));
                 let input = &args[0].layout;
                 let arity = key.as_ref().map_or(input.arity(), |f| f.output_arity());
-                let mut out = Layout::with_capacity(arity, 0);
+                // Without a key map the keys stay as they are, shared.
+                let mut out = match key {
+                    None if want_layout => input.same_keys(),
+                    _ => Layout::with_capacity(arity, 0),
+                };
                 for (k, site) in input.iter() {
                     if growth.stop(&out) {
                         return Err(spent());
@@ -553,7 +632,7 @@ impl LoadCache {
                                 out.push(k, site);
                             }
                         }
-                        None => out.push(k.iter().copied(), site),
+                        None => out.push_site(site),
                     }
                 }
                 out
