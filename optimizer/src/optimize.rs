@@ -541,6 +541,15 @@ fn attempt(
     }
     // Under `time`, extraction runs under several additive weightings (see
     // `candidate_weights`) and every distinct plan it gives is scored exactly.
+    // Where a limit stops extraction: under `time`, say what made it costly
+    // and what needs none of it.
+    let when = match cluster.cost_model {
+        CostModel::Time => {
+            "during extraction under the time model, whose exact per-site loads enumerate the tuples of every \
+             class and candidate (\"cost_model\": \"network\" enumerates only its few alternatives')"
+        }
+        CostModel::Network => "during extraction",
+    };
     let mut cost_sets: Vec<NodeCosts> = Vec::new();
     let mut stage = None;
     if cluster.cost_model == CostModel::Time {
@@ -550,7 +559,7 @@ fn attempt(
                 cost_sets.push(c.in_turn());
                 stage = Some(c);
             }
-            None => return Err(passed("during extraction")),
+            None => return Err(passed(when)),
         }
     }
     for weights in candidate_weights(cluster.cost_model, w, &cluster.profile()) {
@@ -582,7 +591,7 @@ fn attempt(
                 choices.push(again);
             }
             if crate::deadline::expired() {
-                return Err(passed("during extraction"));
+                return Err(passed(when));
             }
             for choice in choices {
                 let extracted = match choice.plan(&eg, &roots) {
@@ -604,7 +613,7 @@ fn attempt(
                 // Checking and scoring a plan stop at the deadline too: a limit, not a bug.
                 let (seconds, bottleneck, sites) = scorer.score(&plan).map_err(|e| {
                     if crate::deadline::expired() {
-                        passed("during extraction")
+                        passed(when)
                     } else {
                         AttemptError::Error(OptimizeError::Internal(e))
                     }

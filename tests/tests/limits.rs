@@ -43,16 +43,26 @@ const DIAG: &str = r#"{
 fn a_key_budget_spent_while_plans_are_scored_is_a_limit() {
     let p = tra_tests::program(DIAG);
     let rules = tra_rules::all();
+    let mut in_extraction = 0;
     for budget in [256 << 10, 1 << 20, 4 << 20] {
         let d = Deadline::after(Duration::from_secs(600), "a test's time")
             .with_key_budget(budget, format!("a test's budget of {budget} bytes"));
         let r = deadline::within(d, || optimize_with(&p, &rules, &Limits::default(), OnRuleFailure::Fail));
         match r {
-            Err(OptimizeError::Limit(m)) => assert!(m.contains("a test's budget"), "{budget}: {m}"),
+            Err(OptimizeError::Limit(m)) => {
+                assert!(m.contains("a test's budget"), "{budget}: {m}");
+                // Stopped in extraction under `time`, the message says why
+                // that model costs more, and which one costs less.
+                if m.contains("during extraction") {
+                    assert!(m.contains("under the time model") && m.contains(r#""cost_model": "network""#), "{m}");
+                    in_extraction += 1;
+                }
+            }
             Err(e) => panic!("{budget} bytes: expected a limit, got {e:?}"),
             Ok(a) => panic!("{budget} bytes: expected a limit, got an answer costing {:?}", a.cost),
         }
     }
+    assert!(in_extraction > 0, "no budget was spent in extraction");
 }
 
 /// Deadlines from nothing to more than enough, on programs that enumerate
