@@ -24,13 +24,23 @@ impl CostModelArgs {
     pub fn apply(&self, p: &mut Program) -> Result<(), String> {
         let mut cluster = p.cluster();
         if let Some(m) = &self.cost_model {
-            cluster.cost_model = if m == "time" { CostModel::Time } else { CostModel::Network };
+            cluster.cost_model = named(m);
         }
         if let Some(f) = &self.profile {
             cluster.profile = Some(read_profile(f)?);
         }
         p.cluster = Some(cluster);
         Ok(())
+    }
+}
+
+/// The cost model a `--cost-model` flag names (its values are checked by
+/// clap: `network` or `time`).
+pub fn named(name: &str) -> CostModel {
+    if name == "time" {
+        CostModel::Time
+    } else {
+        CostModel::Network
     }
 }
 

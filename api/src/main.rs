@@ -7,7 +7,6 @@ use tra_optimizer::check::{check_plan, check_program};
 use tra_optimizer::compile::compile;
 use tra_optimizer::cost::{plan_report, Weights};
 use tra_optimizer::optimize::{optimize_with, Limits, OnRuleFailure};
-use tra_optimizer::time::CostModel;
 use tra_optimizer::{Cluster, Program, ProgramError};
 
 /// The optimizer allocates many small, short-lived values (frontiers, keys,
@@ -261,7 +260,7 @@ fn run(cli: Cli) -> Result<(), String> {
             Ok(())
         }
         Command::Bench { reps, chains, json, only, cost_model } => {
-            let model = if cost_model == "time" { CostModel::Time } else { CostModel::Network };
+            let model = tra_api::cost_model::named(&cost_model);
             let rows = tra_api::bench::run(reps, &chains, only.as_deref(), model)?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&rows).unwrap());

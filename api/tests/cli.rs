@@ -266,6 +266,17 @@ fn calibrate_names_what_is_wrong_with_its_arguments() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// `tra serve --cost-model` takes the two models by name and refuses
+/// anything else before it listens, naming the values it takes.
+#[test]
+fn serve_refuses_a_cost_model_it_does_not_have() {
+    for bad in ["fast", "Time", ""] {
+        let (ok, _, err) = tra(&["serve", "--addr", "127.0.0.1:0", "--cost-model", bad]);
+        assert!(!ok, "--cost-model {bad:?} was accepted");
+        assert!(err.contains("--cost-model") && err.contains("network") && err.contains("time"), "{bad:?}: {err}");
+    }
+}
+
 #[test]
 fn serve_refuses_a_cpu_slot_count_it_cannot_keep_threads_for() {
     for bad in ["0", "100000"] {

@@ -126,11 +126,7 @@ impl ServeArgs {
             body_timeout: Duration::from_millis(self.body_timeout_ms),
             shutdown_grace: Duration::from_millis(self.shutdown_grace_ms),
             profile: self.profile.as_deref().map(crate::cost_model::read_profile).transpose()?,
-            cost_model: match self.cost_model.as_deref() {
-                Some("time") => Some(tra_optimizer::time::CostModel::Time),
-                Some(_) => Some(tra_optimizer::time::CostModel::Network),
-                None => None,
-            },
+            cost_model: self.cost_model.as_deref().map(crate::cost_model::named),
             ..d
         })
     }
