@@ -539,10 +539,8 @@ fn attempt(
     if !other_order.is_empty() {
         restrictions.push((&[], true));
     }
-    // Under `time`, extraction runs under several additive weightings (see
-    // `candidate_weights`) and every distinct plan it gives is scored exactly.
     // Where a limit stops extraction: under `time`, say what made it costly
-    // and what needs none of it.
+    // and which model costs less.
     let when = match cluster.cost_model {
         CostModel::Time => {
             "during extraction under the time model, whose exact per-site loads enumerate the tuples of every \
@@ -550,6 +548,8 @@ fn attempt(
         }
         CostModel::Network => "during extraction",
     };
+    // Under `time`, extraction runs under several additive weightings (see
+    // `candidate_weights`) and every distinct plan it gives is scored exactly.
     let mut cost_sets: Vec<NodeCosts> = Vec::new();
     let mut stage = None;
     if cluster.cost_model == CostModel::Time {
