@@ -5,9 +5,10 @@ Each program is a TRA program over blocked matrices that computes something
 numpy computes in one line: the diagonal of a product (`diag(A·B)`, which once
 crashed the optimizer, and its minimal form), the transpose and the row sums
 of a product, `relu(X·Y + Z)`, a product with a block mask, a chain of three
-bracketed both ways, and the ML workloads of examples/ scaled down (softmax,
-layer normalization, a logistic-regression step, an attention head; built by
-scripts/ml_programs.py). For sites 1-7 it runs
+bracketed both ways, numpy's kernels (a broadcasting sub, einMax, einMin, a
+where by gt and selectIf), and the ML workloads of examples/ scaled down
+(softmax, layer normalization, a logistic-regression step, an attention head;
+built by scripts/ml_programs.py). For sites 1-7 it runs
 
     tra run --format json PROGRAM --input A=a.npy ... --output OUT=out.npy --dense --sites S
 
@@ -150,6 +151,26 @@ def cases():
     product(nodes, "P", "Bd", "C")
     prog = {"inputs": {**blocks("A", [4, 4], [2, 2]), **blocks("C", [4, 3], [2, 2])}, "nodes": nodes, "outputs": ["P"]}
     out.append(("banded mask · full", prog, {"A": a, "C": c}, "P", block_mask(a, 2, band) @ c, "dense"))
+
+    # numpy's kernels (what the numpy / JAX / ONNX front-ends emit): a row
+    # maximum by einMax, its broadcast back by expandDims and a broadcasting
+    # sub, elementwise maps, a comparison and a select (numpy's where); a
+    # column minimum by einMin.
+    x = rng.standard_normal((12, 8))
+    nodes = {"rmax": {"op": "transform", "input": "X", "kernel": "einMax(ij_i)"},
+             "max": {"op": "aggregate", "input": "rmax", "group_by": [0], "kernel": "max"},
+             "col": {"op": "transform", "input": "max", "kernel": "expandDims(1)"},
+             "d": join("X", "col", [0], [0], "sub"),
+             "t": {"op": "transform", "input": "d", "kernel": "compose(powc(2),tanh)"},
+             "c": join("X", "t", [0, 1], [0, 1], "gt"),
+             "W": join("c", "X", [0, 1], [0, 1], "selectIf"),
+             "cmin": {"op": "transform", "input": "X", "kernel": "einMin(ij_j)"},
+             "M": {"op": "aggregate", "input": "cmin", "group_by": [1], "kernel": "min"}}
+    prog = {"inputs": blocks("X", [3, 2], [4, 4]), "nodes": nodes, "outputs": ["W", "M"]}
+    t = np.tanh(x - x.max(axis=1, keepdims=True)) ** 2
+    out.append(("numpy kernels: where(X > tanh²(X − rowmax), X, 0)", prog, {"X": x}, "W", np.where(x > t, x, 0.0),
+                "dense"))
+    out.append(("numpy kernels: column minima", prog, {"X": x}, "M", x.min(axis=0), "dense"))
 
     # The ML workloads of examples/, scaled down (scripts/ml_programs.py).
     x = rng.standard_normal((12, 8)) * 3

@@ -98,6 +98,21 @@ fn sample(name: &str) -> (String, Vec<Vec<usize>>, bool) {
         "rowMax" | "colMax" => (name, s(&[&[6, 9]]), true),
         "matVecMul" | "matVecDiv" => (name, s(&[&[4, 9], &[9]]), true),
         "matColVecAdd" | "matColVecSub" | "matColVecMul" | "matColVecDiv" => (name, s(&[&[4, 9], &[4]]), true),
+        // Broadcast [3,1]×[4] runs the reference kernel; one shape and a
+        // scalar operand run the fast loops (compositions_match_the_reference).
+        "add" | "sub" | "mul" | "div" | "pow" | "maximum" | "minimum" | "lt" | "le" | "gt" | "ge" | "eq" | "ne"
+        | "selectIf" | "selectElse" => (name, s(&[&[3, 1], &[4]]), true),
+        "concatAxis" => ("concatAxis(1)", s(&[&[3, 2, 4], &[3, 5, 4]]), true),
+        "abs" | "tanh" | "erf" | "log1p" | "expm1" | "recip" | "rsqrt" | "sign" | "square" | "floor" | "ceil"
+        | "logicalNot" => (name, s(&[&[3, 4, 5]]), true),
+        "powc" => ("powc(3)", s(&[&[300]]), true),
+        "expandDims" => ("expandDims(1)", s(&[&[3, 4]]), true),
+        "squeezeAxis" => ("squeezeAxis(1)", s(&[&[3, 1, 4]]), true),
+        "mergeAxes" => ("mergeAxes(1)", s(&[&[3, 4, 2]]), true),
+        "splitAxis" => ("splitAxis(1,2)", s(&[&[3, 4]]), true),
+        "repeatAxis" => ("repeatAxis(1,3)", s(&[&[2, 1, 4]]), true),
+        "einMax" => ("einMax(ijk_ki)", s(&[&[2, 3, 4]]), true),
+        "einMin" => ("einMin(ijk_ik)", s(&[&[2, 3, 4]]), true),
         other => panic!("no sample for catalog entry `{other}`"),
     };
     (k.to_string(), sh, exact)
@@ -151,6 +166,47 @@ fn compositions_match_the_reference() {
         ("compose(rowMax,max)", rect, true),
         ("compose(colMax,compose(exp,matAdd))", rect, true),
         ("rowMax", &[&[4, 0]], true),
+        // numpy's maps fuse with the others.
+        ("compose(tanh,compose(square,matAdd))", rect, true),
+        ("compose(powc(3),compose(exp,matSub))", rect, true),
+        ("compose(powc(-2),compose(abs,elemMul))", rect, true),
+        ("compose(powc(0.5),compose(sign,matSub))", rect, true),
+        ("compose(powc(2.5),elemDiv)", rect, true),
+        ("compose(logicalNot,compose(floor,elemMul))", rect, true),
+        ("compose(recip,compose(rsqrt,compose(ceil,max)))", rect, true),
+        ("compose(expm1,compose(log1p,compose(erf,min)))", rect, true),
+        ("compose(diag,compose(tanh,matAdd))", sq, true),
+        ("compose(transpose,compose(erf,matSub))", rect, true),
+        ("compose(abs,matMul)", sq, false),
+        // Broadcasting binaries: one shape and a scalar in the fast loops,
+        // the rest by the reference kernel; compositions in sequence.
+        ("add", rect, true),
+        ("pow", rect, true),
+        ("selectIf", rect, true),
+        ("maximum", &[&[], &[13, 40]], true),
+        ("lt", &[&[13, 40], &[]], true),
+        ("selectElse", &[&[], &[]], true),
+        ("div", &[&[], &[0, 3]], true),
+        ("mul", &[&[5, 1, 3], &[4, 1]], true),
+        ("ge", &[&[1], &[6]], true),
+        ("compose(relu,sub)", &[&[9, 1], &[20]], true),
+        ("compose(tanh,mul)", &[&[], &[9, 20]], true),
+        ("compose(transpose,add)", &[&[9, 20], &[20]], true),
+        // Shape kernels on every edge: rank 0, empty axes.
+        ("expandDims(0)", &[&[]], true),
+        ("squeezeAxis(0)", &[&[1]], true),
+        ("mergeAxes(0)", &[&[0, 5]], true),
+        ("splitAxis(0,3)", &[&[0]], true),
+        ("repeatAxis(0,0)", &[&[1, 3]], true),
+        ("repeatAxis(2,5)", &[&[2, 3, 1]], true),
+        ("repeatAxis(0,4)", &[&[1]], true),
+        ("concatAxis(0)", &[&[0, 3], &[2, 3]], true),
+        ("concatAxis(1)", &[&[2, 0], &[2, 3]], true),
+        ("concatAxis(1)", &[&[2, 3], &[2, 0]], true),
+        ("concatAxis(0)", &[&[4], &[3]], true),
+        ("compose(mergeAxes(0),concatAxis(1))", &[&[2, 3], &[2, 4]], true),
+        ("compose(sigmoid,compose(einMax(ij_i),exp))", &[&[6, 9]], true),
+        ("einMin(ij_)", &[&[0, 4]], true),
     ] {
         check_both(kernel, shapes, exact);
     }
@@ -170,6 +226,17 @@ fn errors_are_the_references() {
         ("compose(matAdd,relu)", &[&[4]]),
         ("concat(0,0)", &[&[2, 2], &[2, 2]]),
         ("minIndex", &[&[3, 0]]),
+        ("add", &[&[3, 2], &[4]]),
+        ("lt", &[&[3], &[4]]),
+        ("concatAxis(1)", &[&[2, 3], &[3, 3]]),
+        ("squeezeAxis(0)", &[&[2]]),
+        ("mergeAxes(1)", &[&[2, 3]]),
+        ("splitAxis(0,2)", &[&[3]]),
+        ("repeatAxis(0,2)", &[&[]]),
+        ("expandDims(2)", &[&[4]]),
+        ("einMax(ij_i)", &[&[3]]),
+        ("einMin(ij_jk_ik)", &[&[3, 3]]),
+        ("powc", &[&[3]]),
     ] {
         check::<f64>(kernel, shapes, 0.0, 1);
     }
@@ -268,6 +335,7 @@ fn composed_kernels_allocate_only_their_output() {
         ("compose(transpose,compose(sigmoid,max))", 64 * 64, true),
         ("compose(scale(2),compose(neg,sgdStep(0.5)))", 64 * 64, true),
         ("compose(relu,matMul)", 64 * 64, true),
+        ("compose(tanh,compose(powc(3),matAdd))", 64 * 64, true),
         ("compose(diag,matMul)", 64, false),
     ] {
         let pool = Pool::<f64>::new();
@@ -283,5 +351,64 @@ fn composed_kernels_allocate_only_their_output() {
         } else {
             assert_eq!(taken, 2, "{kernel}: the product, then its diagonal");
         }
+    }
+}
+
+/// The numpy kernels on the values where formulas differ (NaN, ±0, ±∞,
+/// integers, halves): the fast kernels give the reference's bits, in every
+/// operand layout the fast loops cover.
+#[test]
+fn numpy_kernels_on_special_values_are_the_references_bits() {
+    let specials = [f64::NAN, 0.0, -0.0, 1.0, -1.0, 2.0, 0.5, -2.5, f64::INFINITY, f64::NEG_INFINITY, 3.0, 1e-300];
+    let n = specials.len();
+    let pool = Pool::<f64>::new();
+    // Every pair of special values: a[i, j] = s[i], b[i, j] = s[j].
+    let a = RefBlock::from_shape_fn(IxDyn(&[n, n]), |ix| specials[ix[0]]);
+    let b = RefBlock::from_shape_fn(IxDyn(&[n, n]), |ix| specials[ix[1]]);
+    let bits = |blk: &RefBlock| blk.iter().map(|x| x.to_bits()).collect::<Vec<u64>>();
+    let run = |kernel: &str, ins: &[&RefBlock]| {
+        let want = reference::apply(&k(kernel), ins).unwrap().remove(0);
+        let fast: Vec<Block<f64>> = ins.iter().map(|b| to_fast(&pool, b)).collect();
+        let frefs: Vec<&Block<f64>> = fast.iter().collect();
+        let got = FastKernel::new(&k(kernel)).apply1(&pool, &frefs).unwrap().view().to_owned();
+        assert_eq!(want.shape(), got.shape(), "{kernel}");
+        assert_eq!(bits(&want), bits(&got), "{kernel}: {want} vs {got}");
+    };
+    for name in ["add", "sub", "mul", "div", "pow", "maximum", "minimum", "lt", "le", "gt", "ge", "eq", "ne"]
+        .into_iter()
+        .chain(["selectIf", "selectElse"])
+    {
+        run(name, &[&a, &b]);
+        for &s in &specials {
+            let scalar = RefBlock::from_elem(IxDyn(&[]), s);
+            run(name, &[&scalar, &a]);
+            run(name, &[&a, &scalar]);
+        }
+    }
+    for name in [
+        "abs",
+        "tanh",
+        "erf",
+        "log1p",
+        "expm1",
+        "recip",
+        "rsqrt",
+        "sign",
+        "square",
+        "floor",
+        "ceil",
+        "logicalNot",
+        "powc(2)",
+        "powc(3)",
+        "powc(-3)",
+        "powc(0)",
+        "powc(64)",
+        "powc(-64)",
+        "powc(0.5)",
+        "powc(65)",
+        "powc(-1.5)",
+    ] {
+        run(name, &[&a]);
+        run(&format!("compose({name},matAdd)"), &[&a, &b]);
     }
 }

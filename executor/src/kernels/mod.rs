@@ -12,7 +12,10 @@
 //! that aggregation uses for the other kernels.
 
 use ndarray::{ArrayD, ArrayView2, Axis, Ix2, IxDyn, Slice, Zip};
-use tra_optimizer::kernel::{EinSumSpec, KernelError, KernelRef};
+use tra_optimizer::kernel::{broadcast_shape, EinSumSpec, KernelError, KernelRef, EIN_MAX, EIN_MIN};
+
+pub mod scalar;
+use scalar::{BroadcastOp, Math};
 
 /// A block: an n-dimensional array of `f64`.
 pub type Block = ArrayD<f64>;
@@ -178,7 +181,11 @@ fn scalar(kernel: &KernelRef) -> Option<Scalar> {
                     let c = arg(0)?;
                     Unary(Box::new(move |x| c * x))
                 }
-                _ => return None,
+                // abs, tanh, powc(c), … (shared with the thread executor).
+                _ => {
+                    let m = Math::of(name, arg(0))?;
+                    Unary(Box::new(move |x| m.eval(x)))
+                }
             })
         }
         KernelRef::Compose(outer, inner) => {
@@ -316,9 +323,54 @@ fn named_other(kernel: &KernelRef, name: &str, args: &[String], inputs: &[&Block
             )))
         }
         "einSum" => einsum_named(kernel, args, inputs)?,
+        EIN_MAX | EIN_MIN => {
+            let spec = args
+                .first()
+                .and_then(|a| EinSumSpec::parse(a).ok())
+                .ok_or_else(|| KernelError::BadUse(format!("{kernel}: the spec is missing or does not parse")))?;
+            let sizes = spec.sizes(&[a.shape()]).map_err(|e| KernelError::BadShape(format!("{kernel}: {e}")))?;
+            if name == EIN_MAX {
+                fold_terms(&spec, &sizes, inputs, f64::NEG_INFINITY, f64::max)
+            } else {
+                fold_terms(&spec, &sizes, inputs, f64::INFINITY, f64::min)
+            }
+        }
+        "concatAxis" => {
+            let axis = arg_usize(kernel, args, 0)?;
+            ndarray::concatenate(Axis(axis), &[a.view(), inputs[1].view()])
+                .map_err(|e| KernelError::BadShape(format!("{kernel}: {e}")))?
+        }
+        "expandDims" => a.view().insert_axis(Axis(arg_usize(kernel, args, 0)?)).to_owned(),
+        "squeezeAxis" => a.index_axis(Axis(arg_usize(kernel, args, 0)?), 0).to_owned(),
+        "mergeAxes" | "splitAxis" => {
+            // Row-major data is unchanged: a new shape over the same elements.
+            let shape = kernel.output_shape(&[a.shape()])?;
+            a.as_standard_layout()
+                .into_owned()
+                .into_shape_with_order(IxDyn(&shape))
+                .map_err(|e| KernelError::BadShape(format!("{kernel}: {e}")))?
+        }
+        "repeatAxis" => {
+            let shape = kernel.output_shape(&[a.shape()])?;
+            a.broadcast(IxDyn(&shape))
+                .ok_or_else(|| KernelError::BadShape(format!("{kernel}: cannot repeat {:?}", a.shape())))?
+                .to_owned()
+        }
+        other if BroadcastOp::of(other).is_some() => {
+            broadcast(kernel, BroadcastOp::of(other).expect("just matched"), a, inputs[1])?
+        }
         other => return Err(KernelError::BadUse(format!("kernel `{other}` has no implementation in the executor"))),
     };
     Ok(vec![out])
+}
+
+/// A binary kernel with numpy broadcasting: both operands broadcast to the
+/// common shape, then the operation element by element.
+fn broadcast(kernel: &KernelRef, op: BroadcastOp, a: &Block, b: &Block) -> Result<Block, KernelError> {
+    let no = || KernelError::BadShape(format!("{kernel}: {:?} and {:?} do not broadcast", a.shape(), b.shape()));
+    let shape = broadcast_shape(a.shape(), b.shape()).ok_or_else(no)?;
+    let (av, bv) = (a.broadcast(IxDyn(&shape)).ok_or_else(no)?, b.broadcast(IxDyn(&shape)).ok_or_else(no)?);
+    Ok(Zip::from(&av).and(&bv).map_collect(|&x, &y| op.eval(x, y)))
 }
 
 /// `einSum(spec)` from its kernel reference.
@@ -406,6 +458,20 @@ fn einsum_pair(spec: &EinSumSpec, sizes: &[(char, usize)], a: &Block, b: &Block)
 
 /// Every assignment of the letters, one multiply-add each.
 fn einsum_loops(spec: &EinSumSpec, sizes: &[(char, usize)], inputs: &[&Block]) -> Block {
+    fold_terms(spec, sizes, inputs, 0.0, |acc, term| acc + term)
+}
+
+/// Every assignment of the letters: the product of the operands' elements
+/// it selects (the element itself for one operand) folded with `combine`
+/// into the output element it selects, which starts at `init`. A sum for
+/// `einSum`, a maximum or minimum for `einMax` / `einMin`.
+fn fold_terms(
+    spec: &EinSumSpec,
+    sizes: &[(char, usize)],
+    inputs: &[&Block],
+    init: f64,
+    combine: impl Fn(f64, f64) -> f64,
+) -> Block {
     let letters: Vec<char> = sizes.iter().map(|&(c, _)| c).collect();
     let extent: Vec<usize> = sizes.iter().map(|&(_, n)| n).collect();
     // Per operand (and the output), the stride of each letter: the sum of the
@@ -423,7 +489,7 @@ fn einsum_loops(spec: &EinSumSpec, sizes: &[(char, usize)], inputs: &[&Block]) -
     let in_coefs: Vec<Vec<usize>> = spec.inputs.iter().zip(inputs).map(|(l, b)| coefs(l, b.shape())).collect();
     let out_shape: Vec<usize> = spec.output.iter().map(|&c| size_of(sizes, c)).collect();
     let out_coefs = coefs(&spec.output, &out_shape);
-    let mut out = vec![0.0f64; out_shape.iter().product()];
+    let mut out = vec![init; out_shape.iter().product()];
     if extent.iter().all(|&n| n > 0) {
         let slices: Vec<&[f64]> = data.iter().map(|d| d.as_slice().expect("standard layout")).collect();
         let mut idx = vec![0usize; letters.len()];
@@ -432,7 +498,8 @@ fn einsum_loops(spec: &EinSumSpec, sizes: &[(char, usize)], inputs: &[&Block]) -
             for (x, c) in slices.iter().zip(&in_coefs) {
                 prod *= x[idx.iter().zip(c).map(|(i, s)| i * s).sum::<usize>()];
             }
-            out[idx.iter().zip(&out_coefs).map(|(i, s)| i * s).sum::<usize>()] += prod;
+            let at = idx.iter().zip(&out_coefs).map(|(i, s)| i * s).sum::<usize>();
+            out[at] = combine(out[at], prod);
             let mut d = idx.len();
             loop {
                 if d == 0 {

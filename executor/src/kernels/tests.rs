@@ -71,6 +71,20 @@ fn sample(name: &str) -> Option<(KernelRef, Vec<Vec<usize>>, u64)> {
         "colMax" => (k("colMax"), s(&[&[3, 4]]), 2 * 4),
         "matVecMul" | "matVecDiv" => (k(name), s(&[&[3, 4], &[4]]), 12),
         "matColVecAdd" | "matColVecSub" | "matColVecMul" | "matColVecDiv" => (k(name), s(&[&[3, 4], &[3]]), 12),
+        "add" | "sub" | "mul" | "div" | "pow" | "maximum" | "minimum" | "lt" | "le" | "gt" | "ge" | "eq" | "ne"
+        | "selectIf" | "selectElse" => (k(name), s(&[&[3, 1], &[4]]), 12),
+        "concatAxis" => (k("concatAxis(1)"), s(&[&[3, 2], &[3, 5]]), 0),
+        "abs" | "log1p" | "expm1" | "recip" | "rsqrt" | "sign" | "square" | "floor" | "ceil" | "logicalNot" => {
+            (k(name), s(&[&[3, 4]]), 12)
+        }
+        "tanh" | "erf" => (k(name), s(&[&[3, 4]]), 48),
+        "powc" => (k("powc(3)"), s(&[&[3, 4]]), 12),
+        "expandDims" => (k("expandDims(1)"), s(&[&[3, 4]]), 0),
+        "squeezeAxis" => (k("squeezeAxis(1)"), s(&[&[3, 1, 4]]), 0),
+        "mergeAxes" => (k("mergeAxes(0)"), s(&[&[3, 4, 2]]), 0),
+        "splitAxis" => (k("splitAxis(1,2)"), s(&[&[3, 4]]), 0),
+        "repeatAxis" => (k("repeatAxis(0,3)"), s(&[&[1, 4]]), 0),
+        "einMax" | "einMin" => (k(&format!("{name}(ijk_ki)")), s(&[&[2, 3, 4]]), 24),
         _ => return None,
     })
 }
@@ -489,4 +503,182 @@ fn nonlinear_kernels_follow_numpy() {
     // A column vector of the wrong length is refused with both shapes.
     let err = apply(&k("matColVecDiv"), &[&a, &v]).unwrap_err().to_string();
     assert!(err.contains("[3, 4]") && err.contains("[4]"), "{err}");
+}
+
+fn vec_block(v: &[f64]) -> Block {
+    Block::from_shape_vec(IxDyn(&[v.len()]), v.to_vec()).unwrap()
+}
+
+fn values(b: Block) -> Vec<f64> {
+    b.as_standard_layout().iter().copied().collect()
+}
+
+/// Equal as numbers, with NaN equal to NaN and the sign of a zero compared.
+fn same(got: &[f64], want: &[f64]) -> bool {
+    got.len() == want.len()
+        && got.iter().zip(want).all(|(g, w)| (g.is_nan() && w.is_nan()) || (g == w && g.signum() == w.signum()))
+}
+
+#[test]
+fn numpy_binaries_broadcast_and_follow_numpy() {
+    let nan = f64::NAN;
+    // [3,1] × [4] → [3,4], numpy's broadcasting.
+    let a = Block::from_shape_vec(IxDyn(&[3, 1]), vec![1.0, 2.0, 3.0]).unwrap();
+    let b = vec_block(&[10.0, 20.0, 30.0, 40.0]);
+    let d = one("sub", &[&a, &b]);
+    assert_eq!(d.shape(), &[3, 4]);
+    for i in 0..3 {
+        for j in 0..4 {
+            assert_eq!(d[[i, j]], a[[i, 0]] - b[[j]]);
+        }
+    }
+    assert_eq!(one("add", &[&b, &a]).shape(), &[3, 4]);
+    // A scalar block broadcasts against anything.
+    let two = Block::from_elem(IxDyn(&[]), 2.0);
+    assert_eq!(values(one("pow", &[&b, &two])), vec![100.0, 400.0, 900.0, 1600.0]);
+    assert_eq!(values(one("div", &[&two, &b])), vec![0.2, 0.1, 2.0 / 30.0, 0.05]);
+    assert_eq!(one("mul", &[&two, &two]).shape(), &[] as &[usize]);
+    // maximum / minimum propagate NaN (max / min let it lose).
+    let x = vec_block(&[nan, 1.0, 2.0, nan, -0.0]);
+    let y = vec_block(&[0.0, nan, 1.0, nan, 0.0]);
+    assert!(same(&values(one("maximum", &[&x, &y])), &[nan, nan, 2.0, nan, 0.0]));
+    assert!(same(&values(one("minimum", &[&x, &y])), &[nan, nan, 1.0, nan, 0.0]));
+    assert!(same(&values(one("max", &[&x, &y]))[..4], &[0.0, 1.0, 2.0, nan]));
+    // Comparisons: 1 or 0, a NaN compares false (and unequal).
+    let p = vec_block(&[1.0, 2.0, 3.0, nan, nan]);
+    let q = vec_block(&[2.0, 2.0, 2.0, 1.0, nan]);
+    assert_eq!(values(one("lt", &[&p, &q])), vec![1.0, 0.0, 0.0, 0.0, 0.0]);
+    assert_eq!(values(one("le", &[&p, &q])), vec![1.0, 1.0, 0.0, 0.0, 0.0]);
+    assert_eq!(values(one("gt", &[&p, &q])), vec![0.0, 0.0, 1.0, 0.0, 0.0]);
+    assert_eq!(values(one("ge", &[&p, &q])), vec![0.0, 1.0, 1.0, 0.0, 0.0]);
+    assert_eq!(values(one("eq", &[&p, &q])), vec![0.0, 1.0, 0.0, 0.0, 0.0]);
+    assert_eq!(values(one("ne", &[&p, &q])), vec![1.0, 0.0, 1.0, 1.0, 1.0]);
+    // where(c, x, y) = add(selectIf(c, x), selectElse(c, y)); a NaN c is true.
+    let c = vec_block(&[1.0, 0.0, nan, -0.0, -3.0]);
+    let xs = vec_block(&[5.0, 6.0, 7.0, 8.0, 9.0]);
+    let ys = vec_block(&[-5.0, f64::INFINITY, nan, -8.0, f64::INFINITY]);
+    let si = one("selectIf", &[&c, &xs]);
+    let se = one("selectElse", &[&c, &ys]);
+    assert_eq!(values(si.clone()), vec![5.0, 0.0, 7.0, 0.0, 9.0]);
+    assert_eq!(values(se.clone()), vec![0.0, f64::INFINITY, 0.0, -8.0, 0.0]);
+    assert_eq!(values(one("add", &[&si, &se])), vec![5.0, f64::INFINITY, 7.0, -8.0, 9.0]);
+    // A scalar condition selects a whole block.
+    assert_eq!(values(one("selectIf", &[&Block::from_elem(IxDyn(&[]), 0.0), &xs])), vec![0.0; 5]);
+    // Shapes that do not broadcast: the catalog's error, both shapes named.
+    let e = apply(&k("add"), &[&Block::zeros(IxDyn(&[3, 2])), &b]).unwrap_err().to_string();
+    assert!(e.starts_with("add: ") && e.contains("[3, 2] and [4]"), "{e}");
+}
+
+#[test]
+fn numpy_unary_maps_follow_numpy() {
+    let (nan, inf) = (f64::NAN, f64::INFINITY);
+    let x = vec_block(&[-2.5, -0.0, 0.0, 1.5, nan, -inf]);
+    assert!(same(&values(one("sign", &[&x])), &[-1.0, 0.0, 0.0, 1.0, nan, -1.0]));
+    assert!(same(&values(one("abs", &[&x])), &[2.5, 0.0, 0.0, 1.5, nan, inf]));
+    assert!(same(&values(one("square", &[&x])), &[6.25, 0.0, 0.0, 2.25, nan, inf]));
+    assert!(same(&values(one("floor", &[&x])), &[-3.0, -0.0, 0.0, 1.0, nan, -inf]));
+    assert!(same(&values(one("ceil", &[&x])), &[-2.0, -0.0, 0.0, 2.0, nan, -inf]));
+    assert!(same(&values(one("logicalNot", &[&x])), &[0.0, 1.0, 1.0, 0.0, 0.0, 0.0]));
+    assert!(same(&values(one("recip", &[&x])), &[-0.4, -inf, inf, 1.0 / 1.5, nan, -0.0]));
+    let pos = vec_block(&[0.25, 4.0, 0.0, 1e-10]);
+    assert_eq!(values(one("rsqrt", &[&pos])), vec![2.0, 0.5, inf, 1.0 / 1e-10f64.sqrt()]);
+    assert_eq!(values(one("log1p", &[&pos])), pos.iter().map(|v| v.ln_1p()).collect::<Vec<_>>());
+    assert_eq!(values(one("expm1", &[&pos])), pos.iter().map(|v| v.exp_m1()).collect::<Vec<_>>());
+    assert_eq!(values(one("tanh", &[&pos])), pos.iter().map(|v| v.tanh()).collect::<Vec<_>>());
+    let e = values(one("erf", &[&vec_block(&[0.0, 10.0, -10.0, 0.5])]));
+    assert_eq!(&e[..3], &[0.0, 1.0, -1.0]);
+    assert!((e[3] - 0.520_499_877_813_046_5).abs() < 1e-15, "{}", e[3]);
+    // powc: by squaring for integers up to 64, powf otherwise.
+    let b = vec_block(&[1.5, -2.0, 0.0, nan, 3.0]);
+    assert!(same(&values(one("powc(3)", &[&b])), &[3.375, -8.0, 0.0, nan, 27.0]));
+    assert!(same(&values(one("powc(-2)", &[&b])), &[1.0 / 2.25, 0.25, inf, nan, 1.0 / 9.0]));
+    assert!(same(&values(one("powc(0)", &[&b])), &[1.0, 1.0, 1.0, 1.0, 1.0]));
+    assert!(same(&values(one("powc(0.5)", &[&b])), &[1.5f64.sqrt(), nan, 0.0, nan, 3.0f64.sqrt()]));
+    assert_eq!(values(one("powc(64)", &[&vec_block(&[2.0])])), vec![2f64.powi(64)]);
+    assert_eq!(values(one("powc(65)", &[&vec_block(&[2.0])])), vec![2f64.powf(65.0)]);
+    // By squaring: x⁷ = ((1·x)·x²)·x⁴, the same products everywhere.
+    let (x1, x2) = (1.1f64, 1.1f64 * 1.1);
+    assert_eq!(scalar::powi(x1, 7), ((1.0 * x1) * x2) * (x2 * x2));
+    assert_eq!(scalar::powi(2.0, -3), 0.125);
+    // Rank 0 blocks, and compositions in one pass.
+    let s = Block::from_elem(IxDyn(&[]), -3.0);
+    assert_eq!(values(one("abs", &[&s])), vec![3.0]);
+    let a = vec_block(&[0.5, -1.0]);
+    assert_eq!(
+        one("compose(tanh,compose(powc(2),matAdd))", &[&a, &a]),
+        one("tanh", &[&one("powc(2)", &[&one("matAdd", &[&a, &a])])])
+    );
+}
+
+#[test]
+fn numpy_shape_kernels_round_trip() {
+    let mut rng = rng();
+    let x = random(&mut rng, &[2, 6, 3]);
+    let split = one("splitAxis(1,3)", &[&x]);
+    assert_eq!(split.shape(), &[2, 2, 3, 3]);
+    for (i, j, kk) in (0..2).flat_map(|i| (0..6).flat_map(move |j| (0..3).map(move |kk| (i, j, kk)))) {
+        assert_eq!(split[[i, j / 3, j % 3, kk]], x[[i, j, kk]]);
+    }
+    assert_eq!(one("mergeAxes(1)", &[&split]), x);
+    assert_eq!(one("mergeAxes(0)", &[&x]).shape(), &[12, 3]);
+    // A transposed (column-major) operand is merged in its logical order.
+    let t = one("transpose", &[&random(&mut rng, &[3, 4])]);
+    let tf = t.t().as_standard_layout().t().to_owned();
+    assert_eq!(one("mergeAxes(0)", &[&tf]), t.into_shape_with_order(IxDyn(&[12])).unwrap());
+    let e = one("expandDims(3)", &[&x]);
+    assert_eq!(e.shape(), &[2, 6, 3, 1]);
+    assert_eq!(one("squeezeAxis(3)", &[&e]), x);
+    assert_eq!(one("expandDims(0)", &[&Block::from_elem(IxDyn(&[]), 4.0)]), Block::from_elem(IxDyn(&[1]), 4.0));
+    assert_eq!(one("squeezeAxis(0)", &[&Block::from_elem(IxDyn(&[1]), 4.0)]), Block::from_elem(IxDyn(&[]), 4.0));
+    // repeatAxis copies along the size-1 axis.
+    let r = random(&mut rng, &[2, 1, 3]);
+    let rep = one("repeatAxis(1,4)", &[&r]);
+    assert_eq!(rep.shape(), &[2, 4, 3]);
+    assert!(rep.is_standard_layout());
+    for (i, j, kk) in (0..2).flat_map(|i| (0..4).flat_map(move |j| (0..3).map(move |kk| (i, j, kk)))) {
+        assert_eq!(rep[[i, j, kk]], r[[i, 0, kk]]);
+    }
+    assert_eq!(one("repeatAxis(1,0)", &[&r]).shape(), &[2, 0, 3]);
+    // concatAxis undoes a tile of two pieces.
+    for axis in 0..3 {
+        let size = x.shape()[axis];
+        if size.is_multiple_of(2) {
+            let halves = apply(&k(&format!("tile({axis},{})", size / 2)), &[&x]).unwrap();
+            assert_eq!(one(&format!("concatAxis({axis})"), &[&halves[0], &halves[1]]), x, "axis {axis}");
+        }
+    }
+    let empty = Block::zeros(IxDyn(&[2, 0, 3]));
+    assert_eq!(one("concatAxis(1)", &[&empty, &x]), x);
+    assert!(matches!(apply(&k("squeezeAxis(0)"), &[&x]), Err(KernelError::BadShape(_))));
+}
+
+#[test]
+fn ein_max_and_min_reduce_like_row_max() {
+    let mut rng = rng();
+    let x = random(&mut rng, &[2, 3, 4]);
+    let m = one("einMax(ijk_ki)", &[&x]);
+    let n = one("einMin(ijk_ik)", &[&x]);
+    assert_eq!(m.shape(), &[4, 2]);
+    for i in 0..2 {
+        for kk in 0..4 {
+            let col: Vec<f64> = (0..3).map(|j| x[[i, j, kk]]).collect();
+            assert_eq!(m[[kk, i]], col.iter().copied().fold(f64::NEG_INFINITY, f64::max));
+            assert_eq!(n[[i, kk]], col.iter().copied().fold(f64::INFINITY, f64::min));
+        }
+    }
+    // einMax(ij_i) is rowMax, NaN rows included; an empty reduction is ∓∞.
+    let nan = f64::NAN;
+    let r = Block::from_shape_vec(IxDyn(&[3, 2]), vec![nan, 1.0, nan, nan, -2.0, 5.0]).unwrap();
+    assert_eq!(values(one("einMax(ij_i)", &[&r])), values(one("rowMax", &[&r])));
+    assert_eq!(values(one("einMax(ij_i)", &[&r])), vec![1.0, f64::NEG_INFINITY, 5.0]);
+    assert_eq!(values(one("einMin(ij_i)", &[&r])), vec![1.0, f64::INFINITY, -2.0]);
+    let z = Block::zeros(IxDyn(&[2, 0]));
+    assert_eq!(values(one("einMax(ij_i)", &[&z])), vec![f64::NEG_INFINITY; 2]);
+    assert_eq!(values(one("einMin(ij_i)", &[&z])), vec![f64::INFINITY; 2]);
+    assert_eq!(values(one("einMax(ij_)", &[&z])), vec![f64::NEG_INFINITY]);
+    // Without a reduced letter: a selection (transpose, diagonal).
+    let sq = random(&mut rng, &[3, 3]);
+    assert_eq!(one("einMax(ij_ji)", &[&sq]), one("transpose", &[&sq]));
+    assert_eq!(one("einMin(ii_i)", &[&sq]), one("diag", &[&sq]));
+    assert_eq!(values(one("einMax(ii_)", &[&sq])), vec![(0..3).map(|i| sq[[i, i]]).fold(f64::NEG_INFINITY, f64::max)]);
 }

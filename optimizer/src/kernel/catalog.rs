@@ -2,7 +2,7 @@
 //! facts, doc), the lookup with a close-name suggestion, and the decoding of
 //! a name and its arguments into a [`Kernel`] that the shape rules match on.
 
-use super::{EinSumSpec, KernelError, EINSUM};
+use super::{is_spec_kernel, EinSumSpec, KernelError, EINSUM, EIN_MAX, EIN_MIN};
 
 /// One catalog entry, as `GET /v1/kernels` lists it.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -89,7 +89,26 @@ const LINEAR: &[&str] = &["matAdd", "matSub"];
 /// Parameters whose values must be non-negative integers; every other
 /// parameter is a finite real number.
 fn is_integer_param(param: &str) -> bool {
-    matches!(param, "dim" | "size" | "key_dim" | "array_dim" | "o")
+    matches!(param, "dim" | "size" | "key_dim" | "array_dim" | "o" | "axis" | "n")
+}
+
+/// A binary kernel with numpy broadcasting, its doc line from what it
+/// computes: no algebraic fact (its operands' shapes may differ, so it is
+/// not `elementwise` either).
+macro_rules! broadcasting {
+    ($name:expr, $what:expr $(,)?) => {
+        KernelInfo::new(
+            $name,
+            2,
+            &[],
+            concat!(
+                $what,
+                ", with numpy broadcasting: shapes aligned at the end, each axis pair equal or one of them 1 \
+                 (a shape [] broadcasts against anything); the output has the larger rank. Flops: output \
+                 element count."
+            ),
+        )
+    };
 }
 
 static CATALOG: &[KernelInfo] = &[
@@ -284,7 +303,107 @@ static CATALOG: &[KernelInfo] = &[
     nonlinear("matColVecSub", 2, &[], "Subtracts v[i] from row i: [m,n]×[m]→[m,n]. Flops mn.", false, &[]),
     nonlinear("matColVecMul", 2, &[], "Multiplies row i by v[i]: [m,n]×[m]→[m,n]. Flops mn.", false, &[]),
     nonlinear("matColVecDiv", 2, &[], "Divides row i by v[i]: [m,n]×[m]→[m,n]. Flops mn.", false, &[]),
+    // The numpy / JAX / ONNX block. No algebraic fact is stated but
+    // `elementwise` on the unary maps: no rule reorders these kernels.
+    broadcasting!("add", "a + b"),
+    broadcasting!("sub", "a − b"),
+    broadcasting!("mul", "a · b"),
+    broadcasting!("div", "a / b (IEEE: x/0 = ±∞, 0/0 = NaN)"),
+    broadcasting!("pow", "a to the power b (powf; a negative base with a non-integer exponent gives NaN)"),
+    broadcasting!("maximum", "the larger of a and b, NaN-propagating like numpy (a NaN operand gives NaN)"),
+    broadcasting!("minimum", "the smaller of a and b, NaN-propagating like numpy (a NaN operand gives NaN)"),
+    broadcasting!("lt", "1 where a < b, else 0 (IEEE: a NaN compares false)"),
+    broadcasting!("le", "1 where a ≤ b, else 0 (IEEE: a NaN compares false)"),
+    broadcasting!("gt", "1 where a > b, else 0 (IEEE: a NaN compares false)"),
+    broadcasting!("ge", "1 where a ≥ b, else 0 (IEEE: a NaN compares false)"),
+    broadcasting!("eq", "1 where a = b, else 0 (IEEE: a NaN compares false)"),
+    broadcasting!("ne", "1 where a ≠ b, else 0 (IEEE: a NaN is unequal to everything)"),
+    broadcasting!(
+        "selectIf",
+        "(c, x) → x where c ≠ 0 (a NaN c counts as true), else 0 (numpy's where(c, x, y) is \
+              add(selectIf(c, x), selectElse(c, y)))",
+    ),
+    broadcasting!("selectElse", "(c, y) → y where c = 0, else 0 (the other half of numpy's where)"),
+    KernelInfo::new(
+        "concatAxis",
+        2,
+        &["axis"],
+        "Joins two arrays of one rank along array axis `axis`: [.., a, ..]×[.., b, ..]→[.., a+b, ..] (every \
+              other axis equal). Flops 0.",
+    ),
+    math("abs", "|x| elementwise, any shape. Flops: element count."),
+    math("tanh", "Hyperbolic tangent elementwise, any shape. Flops: 4 × element count."),
+    math("erf", "The error function elementwise (libm's erf), any shape. Flops: 4 × element count."),
+    math("log1p", "ln(1 + x) elementwise, accurate near 0, any shape. Flops: element count."),
+    math("expm1", "e^x − 1 elementwise, accurate near 0, any shape. Flops: element count."),
+    math("recip", "1/x elementwise, any shape (1/0 = ∞). Flops: element count."),
+    math("rsqrt", "1/√x elementwise, any shape (negative → NaN). Flops: element count."),
+    math("sign", "numpy's sign elementwise: −1, 0 (for ±0), +1, NaN for NaN; any shape. Flops: element count."),
+    math("square", "x·x elementwise, any shape. Flops: element count."),
+    math("floor", "The largest integer ≤ x, elementwise, any shape. Flops: element count."),
+    math("ceil", "The smallest integer ≥ x, elementwise, any shape. Flops: element count."),
+    math("logicalNot", "1 where x = 0, else 0 (a NaN is true, so gives 0), any shape. Flops: element count."),
+    KernelInfo::new(
+        "powc",
+        1,
+        &["c"],
+        "x to the constant power c elementwise, any shape: repeated multiplication (by squaring) when c is an \
+              integer with |c| ≤ 64, else powf. Flops: element count.",
+    )
+    .elementwise(),
+    KernelInfo::new(
+        "expandDims",
+        1,
+        &["axis"],
+        "Inserts an axis of size 1 at position axis (0 ≤ axis ≤ rank): [2,3] with axis 1 → [2,1,3]. Flops 0.",
+    ),
+    KernelInfo::new(
+        "squeezeAxis",
+        1,
+        &["axis"],
+        "Removes array axis `axis`, which must have size 1: [2,1,3] with axis 1 → [2,3]. Flops 0.",
+    ),
+    KernelInfo::new(
+        "mergeAxes",
+        1,
+        &["axis"],
+        "Merges axes axis and axis+1, row-major: [.., a, b, ..]→[.., a·b, ..]. Flops 0.",
+    ),
+    KernelInfo::new(
+        "splitAxis",
+        1,
+        &["axis", "size"],
+        "Splits array axis `axis` row-major: [.., n, ..]→[.., n/size, size, ..] (size ≥ 1 divides n). Flops 0.",
+    ),
+    KernelInfo::new(
+        "repeatAxis",
+        1,
+        &["axis", "n"],
+        "Copies along a size-1 axis: [.., 1, ..]→[.., n, ..] (numpy's broadcast_to on that axis). Flops 0.",
+    ),
+    KernelInfo::new(
+        EIN_MAX,
+        1,
+        &["spec"],
+        "The maximum over the letters a unary einSum-style spec leaves out of the output: einMax(ijk_ik) is the \
+              max over j, einMax(ij_ji) a transpose, einMax(ii_i) a diagonal. A NaN loses to a number (as max and \
+              rowMax: a NaN alone, like an empty reduction, gives −∞). Flops: ∏ letter sizes when it reduces a \
+              letter, else 0.",
+    ),
+    KernelInfo::new(
+        EIN_MIN,
+        1,
+        &["spec"],
+        "The minimum over the letters a unary einSum-style spec leaves out of the output: einMin(ijk_ik) is the \
+              min over j. A NaN loses to a number (a NaN alone, like an empty reduction, gives +∞). Flops: ∏ \
+              letter sizes when it reduces a letter, else 0.",
+    ),
 ];
+
+/// A unary map on every element, stating only that it is elementwise.
+const fn math(name: &'static str, doc: &'static str) -> KernelInfo {
+    KernelInfo::new(name, 1, &[], doc).elementwise()
+}
 
 /// A catalog entry of the nonlinear block: never associative-commutative
 /// (`max` is the aggregation for maxima); `distributes_over` only where
@@ -340,7 +459,9 @@ pub(super) fn suggestion(name: &str) -> Option<&'static str> {
     CATALOG
         .iter()
         .map(|k| (edit_distance(&lower, &k.name.to_lowercase()), k.name))
-        .filter(|&(d, _)| d <= 2 && d < lower.chars().count())
+        // Within two edits, and not every character of either name replaced
+        // (`nope` is not a misspelt `ne`).
+        .filter(|&(d, n)| d <= 2 && d < lower.chars().count() && d < n.chars().count())
         .min_by_key(|&(d, _)| d)
         .map(|(_, n)| n)
 }
@@ -390,6 +511,37 @@ pub(super) enum Kernel {
     },
     /// `einSum(spec)`: shapes and flops come from the spec ([`EinSumSpec`]).
     EinSum,
+    /// `einMax(spec)`, `einMin(spec)`: a unary spec; shapes and flops come
+    /// from it, as for a unary `einSum`.
+    EinReduce,
+    /// A binary kernel with numpy broadcasting (flops: output elements).
+    Broadcast,
+    /// `concatAxis(axis)`.
+    ConcatAxis {
+        axis: usize,
+    },
+    /// `expandDims(axis)`.
+    ExpandDims {
+        axis: usize,
+    },
+    /// `squeezeAxis(axis)`.
+    SqueezeAxis {
+        axis: usize,
+    },
+    /// `mergeAxes(axis)`: axes `axis` and `axis + 1`.
+    MergeAxes {
+        axis: usize,
+    },
+    /// `splitAxis(axis, size)`.
+    SplitAxis {
+        axis: usize,
+        size: usize,
+    },
+    /// `repeatAxis(axis, n)`.
+    RepeatAxis {
+        axis: usize,
+        n: usize,
+    },
 }
 
 /// Decodes a name and its arguments: the entry must exist and the arguments
@@ -407,9 +559,19 @@ pub(super) fn resolve(name: &str, args: &[String]) -> Result<Kernel, KernelError
         };
         return Err(KernelError::BadUse(format!("{name} takes {wanted}, got {}", args.len())));
     }
-    if name == EINSUM {
-        EinSumSpec::parse(&args[0]).map_err(|e| KernelError::BadUse(format!("{name}({}): {e}", args[0])))?;
-        return Ok(Kernel::EinSum);
+    if is_spec_kernel(name) {
+        let spec = EinSumSpec::parse(&args[0]).map_err(|e| KernelError::BadUse(format!("{name}({}): {e}", args[0])))?;
+        if name == EINSUM {
+            return Ok(Kernel::EinSum);
+        }
+        if spec.inputs.len() != 1 {
+            return Err(KernelError::BadUse(format!(
+                "{name}({}): {name} reduces one operand, the spec names {} (write it like ijk_ik)",
+                args[0],
+                spec.inputs.len()
+            )));
+        }
+        return Ok(Kernel::EinReduce);
     }
     let mut ints = Vec::new();
     for (param, arg) in info.params.iter().zip(args) {
@@ -455,6 +617,25 @@ pub(super) fn resolve(name: &str, args: &[String]) -> Result<Kernel, KernelError
             Kernel::Tile { dim: ints[0], size: ints[1] }
         }
         "concat" => Kernel::Concat { array_dim: ints[1] },
+        "add" | "sub" | "mul" | "div" | "pow" | "maximum" | "minimum" | "lt" | "le" | "gt" | "ge" | "eq" | "ne"
+        | "selectIf" | "selectElse" => Kernel::Broadcast,
+        "concatAxis" => Kernel::ConcatAxis { axis: ints[0] },
+        "abs" | "log1p" | "expm1" | "recip" | "rsqrt" | "sign" | "square" | "floor" | "ceil" | "logicalNot"
+        | "powc" => Kernel::Elementwise1(1),
+        "tanh" | "erf" => Kernel::Elementwise1(4),
+        "expandDims" => Kernel::ExpandDims { axis: ints[0] },
+        "squeezeAxis" => Kernel::SqueezeAxis { axis: ints[0] },
+        "mergeAxes" => Kernel::MergeAxes { axis: ints[0] },
+        "splitAxis" => {
+            if ints[1] == 0 {
+                return Err(KernelError::BadUse(format!(
+                    "splitAxis({},{}): size must be at least 1",
+                    args[0], args[1]
+                )));
+            }
+            Kernel::SplitAxis { axis: ints[0], size: ints[1] }
+        }
+        "repeatAxis" => Kernel::RepeatAxis { axis: ints[0], n: ints[1] },
         other => unreachable!("catalog entry `{other}` has no shape rule"),
     })
 }

@@ -7,6 +7,16 @@ use std::fmt;
 
 /// The name of the Einstein-summation kernel.
 pub const EINSUM: &str = "einSum";
+/// The maximum over the letters a unary spec drops (`einMax(ijk_ik)`).
+pub const EIN_MAX: &str = "einMax";
+/// The minimum over the letters a unary spec drops (`einMin(ijk_ik)`).
+pub const EIN_MIN: &str = "einMin";
+
+/// A kernel whose one argument is a spec (`einSum`, `einMax`, `einMin`), not
+/// a number.
+pub fn is_spec_kernel(name: &str) -> bool {
+    matches!(name, EINSUM | EIN_MAX | EIN_MIN)
+}
 
 /// An argument word of einSum: letters and `_`.
 pub(super) fn is_spec_token(text: &str) -> bool {

@@ -47,6 +47,17 @@
 //! | `rowMax` / `colMax` | `[m,n]→[m]` / `[m,n]→[n]` (a NaN loses; empty → −∞) | m(n−1) / (m−1)n |
 //! | `matVecMul`, `matVecDiv` | `[m,n]×[n]→[m,n]` (every row times / over the vector) | mn |
 //! | `matColVecAdd`, `…Sub`, `…Mul`, `…Div` | `[m,n]×[m]→[m,n]`: row i with v\[i\] | mn |
+//! | `add`, `sub`, `mul`, `div`, `pow`, `maximum`, `minimum` | `s×t→b` with numpy broadcasting, see below (`maximum`/`minimum` propagate NaN) | \|b\| |
+//! | `lt`, `le`, `gt`, `ge`, `eq`, `ne` | `s×t→b`: 1 where the comparison holds, else 0 (IEEE: NaN compares false) | \|b\| |
+//! | `selectIf`, `selectElse` | `(c,x)→b`: x where c ≠ 0 / where c = 0, else 0 | \|b\| |
+//! | `concatAxis(axis)` | `[..,a,..]×[..,b,..]→[..,a+b,..]` | 0 |
+//! | `abs`, `log1p`, `expm1`, `recip`, `rsqrt`, `sign`, `square`, `floor`, `ceil`, `logicalNot`, `powc(c)` | `s→s` | \|s\| |
+//! | `tanh`, `erf` | `s→s` | 4\|s\| |
+//! | `expandDims(axis)` / `squeezeAxis(axis)` | inserts / removes a size-1 axis | 0 |
+//! | `mergeAxes(axis)` | `[..,a,b,..]→[..,a·b,..]` (row-major) | 0 |
+//! | `splitAxis(axis,size)` | `[..,n,..]→[..,n/size,size,..]` | 0 |
+//! | `repeatAxis(axis,n)` | `[..,1,..]→[..,n,..]` | 0 |
+//! | `einMax(spec)`, `einMin(spec)` | max / min over the letters a unary spec drops, see below | as a unary `einSum` |
 //!
 //! # Softmax and normalization across blocks
 //!
@@ -98,6 +109,32 @@
 //! unary one counts 1 per term when it sums a letter, else 0 (a selection or
 //! permutation, as `diag` and `transpose`). Its arity comes from the spec.
 //!
+//! # numpy's operations
+//!
+//! The kernels a numpy, JAX or ONNX front-end emits state no algebraic fact
+//! but `elementwise` on the unary maps, so no rule reorders them.
+//!
+//! * The binaries `add` … `selectElse` broadcast like numpy: the operand
+//!   shapes are aligned at the trailing end, each pair of axes is equal or
+//!   one of them is 1 (a missing axis counts as 1, so `[]` broadcasts against
+//!   anything), and the output has the larger rank: `[3,1]×[4]→[3,4]`
+//!   ([`broadcast_shape`]). They are not `elementwise` (their operands'
+//!   shapes may differ). `maximum`/`minimum` propagate NaN, unlike `max`/`min`
+//!   (where a NaN loses); comparisons give 1 or 0; numpy's `where(c, x, y)`
+//!   is `add(selectIf(c, x), selectElse(c, y))` (a NaN `c` counts as true).
+//! * `powc(c)` multiplies (by squaring) when `c` is an integer with
+//!   \|c\| ≤ 64, else uses `powf`. `sign` is numpy's: −1, 0 for ±0, +1, NaN.
+//! * The shape kernels (`expandDims`, `squeezeAxis`, `mergeAxes`,
+//!   `splitAxis`, `repeatAxis`, `concatAxis`) take array axes of the block,
+//!   which may have any rank, `[]` included; an axis out of range is a
+//!   [`KernelError::BadShape`] naming the kernel, the axis and the shape.
+//! * `einMax(spec)` / `einMin(spec)` take a unary `einSum` spec and reduce
+//!   the letters absent from the output with a maximum / minimum instead of a
+//!   sum: `einMax(ijk_ik)` is the maximum over `j`, output letters may be
+//!   permuted and repeated letters take diagonals. A NaN loses to a number
+//!   (as `max` and `rowMax`; a NaN alone gives the identity); an empty
+//!   reduction gives −∞ / +∞. Flops as a unary `einSum`.
+//!
 //! # Compositions
 //!
 //! `compose(outer, inner)` applies `outer` (which must be unary) to the single
@@ -130,7 +167,8 @@ mod parse;
 mod shape;
 
 pub use catalog::{catalog, lookup, KernelInfo};
-pub use einsum_spec::{EinSumSpec, EinSumSpecError, EINSUM};
+pub use einsum_spec::{is_spec_kernel, EinSumSpec, EinSumSpecError, EINSUM, EIN_MAX, EIN_MIN};
+pub use shape::broadcast_shape;
 
 use catalog::{resolve, unknown_message};
 use std::fmt;

@@ -3,8 +3,8 @@
 //! `{"compose": [outer, inner]}`).
 
 use super::catalog::canonical_number;
-use super::einsum_spec::is_spec_token;
-use super::{KernelError, KernelRef, EINSUM};
+use super::einsum_spec::{is_spec_kernel, is_spec_token};
+use super::{KernelError, KernelRef};
 use std::fmt;
 
 /// A small recursive-descent parser for kernel text.
@@ -80,9 +80,10 @@ impl<'a> Parser<'a> {
             }
             let arg = match canonical_number(text) {
                 Some(a) => a,
-                // einSum's spec is a word of letters and `_`, kept as written.
-                None if name == EINSUM && is_spec_token(text) => text.to_string(),
-                None if name == EINSUM => {
+                // A spec (einSum, einMax, einMin) is a word of letters and
+                // `_`, kept as written.
+                None if is_spec_kernel(name) && is_spec_token(text) => text.to_string(),
+                None if is_spec_kernel(name) => {
                     return Err(self
                         .err(format!("argument `{text}` of {name} is not a spec of letters and `_` like `ij_jk_ik`")))
                 }

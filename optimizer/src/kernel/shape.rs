@@ -3,7 +3,7 @@
 //! compositions chain the rules of their parts.
 
 use super::catalog::{resolve, Kernel};
-use super::{EinSumSpec, KernelError, KernelRef, EINSUM};
+use super::{is_spec_kernel, EinSumSpec, KernelError, KernelRef};
 
 /// Element count, saturating.
 pub(super) fn count(shape: &[usize]) -> u64 {
@@ -13,6 +13,56 @@ pub(super) fn count(shape: &[usize]) -> u64 {
 /// `[4, 3]`.
 pub(super) fn show(shape: &[usize]) -> String {
     format!("{shape:?}")
+}
+
+/// The shape numpy broadcasts two shapes to: aligned at the trailing end,
+/// each pair of axes equal or one of them 1 (a missing axis counts as 1); the
+/// result has the larger rank. `None` when they do not broadcast.
+pub fn broadcast_shape(a: &[usize], b: &[usize]) -> Option<Vec<usize>> {
+    let rank = a.len().max(b.len());
+    let mut out = vec![0; rank];
+    for (i, o) in out.iter_mut().enumerate() {
+        // Axis `i` of the output is axis `i - (rank - len)` of an operand.
+        let at = |s: &[usize]| (i + s.len()).checked_sub(rank).map_or(1, |j| s[j]);
+        let (x, y) = (at(a), at(b));
+        *o = match (x, y) {
+            _ if x == y => x,
+            (1, _) => y,
+            (_, 1) => x,
+            _ => return None,
+        };
+    }
+    Some(out)
+}
+
+/// Why two shapes do not broadcast: the first pair of axes (from the end)
+/// that is neither equal nor has a 1.
+fn broadcast_conflict(a: &[usize], b: &[usize]) -> String {
+    let pairs = a.iter().rev().zip(b.iter().rev()).enumerate();
+    match pairs.clone().find(|(_, (&x, &y))| x != y && x != 1 && y != 1) {
+        Some((from_end, (x, y))) => format!(
+            "operand shapes {} and {} do not broadcast: axis {} of the first and axis {} of the second (aligned at \
+             the end) have sizes {x} and {y}, neither 1",
+            show(a),
+            show(b),
+            a.len() - 1 - from_end,
+            b.len() - 1 - from_end
+        ),
+        None => format!("operand shapes {} and {} do not broadcast", show(a), show(b)),
+    }
+}
+
+/// The axis argument `axis` of a kernel on an operand of shape `a`, when it
+/// must name an axis (`axis < rank`).
+fn axis_in(axis: usize, a: &[usize]) -> Result<(), String> {
+    if axis < a.len() {
+        return Ok(());
+    }
+    Err(if a.is_empty() {
+        format!("axis {axis} is out of range: the operand has shape [] (rank 0, no axis)")
+    } else {
+        format!("axis {axis} is out of range for an operand of shape {} (axes 0 to {})", show(a), a.len() - 1)
+    })
 }
 
 /// Shape of the output blocks and their number, for a decoded kernel;
@@ -125,8 +175,113 @@ fn named_shape(
             piece[dim] = size;
             Ok((piece, a[dim] / size))
         }
+        Kernel::Broadcast => {
+            let (a, b) = (inputs[0], inputs[1]);
+            match broadcast_shape(a, b) {
+                Some(out) => Ok((out, 1)),
+                None => bad(broadcast_conflict(a, b)),
+            }
+        }
+        Kernel::ConcatAxis { axis } => {
+            let (a, b) = (inputs[0], inputs[1]);
+            if a.len() != b.len() {
+                return bad(format!("operand ranks differ: {} and {}", show(a), show(b)));
+            }
+            if axis >= a.len() {
+                return bad(format!(
+                    "axis {axis} is out of range for operands of rank {} ({} and {})",
+                    a.len(),
+                    show(a),
+                    show(b)
+                ));
+            }
+            if let Some(i) = (0..a.len()).find(|&i| i != axis && a[i] != b[i]) {
+                return bad(format!(
+                    "operand shapes {} and {} differ on axis {i}, not only on the joined axis {axis}",
+                    show(a),
+                    show(b)
+                ));
+            }
+            let mut out = a.to_vec();
+            out[axis] = a[axis].checked_add(b[axis]).ok_or_else(|| {
+                KernelError::BadShape(format!("{label}: joined axis {axis} overflows: {} and {}", show(a), show(b)))
+            })?;
+            Ok((out, 1))
+        }
+        Kernel::ExpandDims { axis } => {
+            let a = inputs[0];
+            if axis > a.len() {
+                return bad(format!(
+                    "axis {axis} is out of range for an operand of shape {} (a new axis goes at 0 to {})",
+                    show(a),
+                    a.len()
+                ));
+            }
+            let mut out = a.to_vec();
+            out.insert(axis, 1);
+            Ok((out, 1))
+        }
+        Kernel::SqueezeAxis { axis } => {
+            let a = inputs[0];
+            if let Err(msg) = axis_in(axis, a) {
+                return bad(msg);
+            }
+            if a[axis] != 1 {
+                return bad(format!("axis {axis} of {} has size {}, not 1", show(a), a[axis]));
+            }
+            let mut out = a.to_vec();
+            out.remove(axis);
+            Ok((out, 1))
+        }
+        Kernel::MergeAxes { axis } => {
+            let a = inputs[0];
+            if axis.checked_add(1).is_none_or(|next| next >= a.len()) {
+                return bad(format!(
+                    "merges axes {axis} and {}, the operand {} has rank {}",
+                    axis as u64 + 1,
+                    show(a),
+                    a.len()
+                ));
+            }
+            let merged = a[axis]
+                .checked_mul(a[axis + 1])
+                .ok_or_else(|| KernelError::BadShape(format!("{label}: the merged axis of {} overflows", show(a))))?;
+            let mut out = a.to_vec();
+            out.splice(axis..axis + 2, [merged]);
+            Ok((out, 1))
+        }
+        Kernel::SplitAxis { axis, size } => {
+            let a = inputs[0];
+            if let Err(msg) = axis_in(axis, a) {
+                return bad(msg);
+            }
+            if !a[axis].is_multiple_of(size) {
+                return bad(format!("axis {axis} of {} has size {}, not a multiple of {size}", show(a), a[axis]));
+            }
+            let mut out = a.to_vec();
+            out.splice(axis..axis + 1, [a[axis] / size, size]);
+            Ok((out, 1))
+        }
+        Kernel::RepeatAxis { axis, n } => {
+            let a = inputs[0];
+            if let Err(msg) = axis_in(axis, a) {
+                return bad(msg);
+            }
+            if a[axis] != 1 {
+                return bad(format!(
+                    "axis {axis} of {} has size {}, not 1 (only a size-1 axis repeats)",
+                    show(a),
+                    a[axis]
+                ));
+            }
+            let mut out = a.to_vec();
+            out[axis] = n;
+            Ok((out, 1))
+        }
         // Decoded from the spec by `KernelRef::shape_info`, which never comes here.
-        Kernel::EinSum => Err(KernelError::BadUse(format!("{label}: the shape of einSum comes from its spec"))),
+        Kernel::EinSum | Kernel::EinReduce => {
+            Err(KernelError::BadUse(format!("{label}: the shape of a spec kernel comes from its spec")))
+        }
     }
 }
 
@@ -147,9 +302,19 @@ fn named_flops(k: Kernel, inputs: &[&[usize]]) -> u64 {
         Kernel::RowSum => d(0, 0).saturating_mul(d(0, 1).saturating_sub(1)),
         Kernel::ColSum => d(0, 0).saturating_sub(1).saturating_mul(d(0, 1)),
         Kernel::MinPair | Kernel::OffsetIndex => d(0, 0),
-        Kernel::Diag | Kernel::Transpose | Kernel::Tile { .. } | Kernel::Concat { .. } => 0,
+        Kernel::Broadcast => broadcast_shape(inputs[0], inputs[1]).map_or(0, |s| count(&s)),
+        Kernel::Diag
+        | Kernel::Transpose
+        | Kernel::Tile { .. }
+        | Kernel::Concat { .. }
+        | Kernel::ConcatAxis { .. }
+        | Kernel::ExpandDims { .. }
+        | Kernel::SqueezeAxis { .. }
+        | Kernel::MergeAxes { .. }
+        | Kernel::SplitAxis { .. }
+        | Kernel::RepeatAxis { .. } => 0,
         // Counted from the spec by `KernelRef::flops`.
-        Kernel::EinSum => 0,
+        Kernel::EinSum | Kernel::EinReduce => 0,
     }
 }
 
@@ -173,7 +338,7 @@ impl KernelRef {
     /// costs O(n), not O(n²)).
     fn shape_checked(&self, inputs: &[&[usize]]) -> Result<(Vec<usize>, usize), KernelError> {
         match self {
-            KernelRef::Named { name, args } if name == EINSUM => {
+            KernelRef::Named { name, args } if is_spec_kernel(name) => {
                 let spec = EinSumSpec::parse(&args[0]).map_err(|e| KernelError::BadUse(e.to_string()))?;
                 let shape = spec.output_shape(inputs).map_err(|e| KernelError::BadShape(format!("{self}: {e}")))?;
                 Ok((shape, 1))
@@ -214,7 +379,7 @@ impl KernelRef {
     /// accepted, in one pass over a composition.
     fn shape_and_flops(&self, inputs: &[&[usize]]) -> Option<(Vec<usize>, u64)> {
         match self {
-            KernelRef::Named { name, args } if name == EINSUM => {
+            KernelRef::Named { name, args } if is_spec_kernel(name) => {
                 let spec = EinSumSpec::parse(&args[0]).ok()?;
                 Some((spec.output_shape(inputs).ok()?, spec.flops(inputs)))
             }

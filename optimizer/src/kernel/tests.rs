@@ -14,6 +14,8 @@ fn catalog_names_are_unique_and_resolvable() {
         // Every entry decodes with well-formed arguments.
         let args: Vec<String> = if info.name == EINSUM {
             vec!["ij_jk_ik".to_string()]
+        } else if is_spec_kernel(info.name) {
+            vec!["ij_i".to_string()]
         } else {
             info.params.iter().map(|_| "1".to_string()).collect()
         };
@@ -374,4 +376,237 @@ fn every_bracketing_of_a_chain_of_kernels_is_one_kernel() {
     let wrong = KernelRef::compose(KernelRef::compose(k("relu"), k("matMul")), k("matAdd"));
     assert_eq!(wrong.to_string(), "compose(compose(relu,matMul),matAdd)");
     assert!(wrong.check().unwrap_err().to_string().contains("must be unary"), "{:?}", wrong.check());
+}
+
+const NUMPY_BINARIES: [&str; 15] = [
+    "add",
+    "sub",
+    "mul",
+    "div",
+    "pow",
+    "maximum",
+    "minimum",
+    "lt",
+    "le",
+    "gt",
+    "ge",
+    "eq",
+    "ne",
+    "selectIf",
+    "selectElse",
+];
+const NUMPY_UNARIES: [&str; 14] = [
+    "abs",
+    "tanh",
+    "erf",
+    "log1p",
+    "expm1",
+    "recip",
+    "rsqrt",
+    "sign",
+    "square",
+    "floor",
+    "ceil",
+    "logicalNot",
+    "powc(3)",
+    "powc(0.5)",
+];
+
+#[test]
+fn numpy_broadcasting_binaries() {
+    let sh = |s: &str, i: &[&[usize]]| k(s).output_shape(i);
+    for name in NUMPY_BINARIES {
+        assert_eq!(k(name).arity(), 2, "{name}");
+        assert_eq!(sh(name, &[&[3, 1], &[4]]).unwrap(), vec![3, 4], "{name}");
+        assert_eq!(sh(name, &[&[4], &[3, 1]]).unwrap(), vec![3, 4], "{name}");
+        assert_eq!(sh(name, &[&[], &[2, 3]]).unwrap(), vec![2, 3], "{name}");
+        assert_eq!(sh(name, &[&[2, 3], &[]]).unwrap(), vec![2, 3], "{name}");
+        assert_eq!(sh(name, &[&[], &[]]).unwrap(), Vec::<usize>::new(), "{name}");
+        assert_eq!(sh(name, &[&[5, 1, 3], &[4, 1]]).unwrap(), vec![5, 4, 3], "{name}");
+        assert_eq!(sh(name, &[&[2, 3], &[2, 3]]).unwrap(), vec![2, 3], "{name}");
+        assert_eq!(sh(name, &[&[0], &[1]]).unwrap(), vec![0], "{name}");
+        assert_eq!(sh(name, &[&[2, 0], &[2, 1]]).unwrap(), vec![2, 0], "{name}");
+        // Flops: the output's elements.
+        assert_eq!(k(name).flops(&[&[3, 1], &[4]]), 12, "{name}");
+        assert_eq!(k(name).flops(&[&[], &[]]), 1, "{name}");
+        assert_eq!(k(name).flops(&[&[5, 1, 3], &[4, 1]]), 60, "{name}");
+        // No fact: not elementwise (shapes may differ), nothing to reorder.
+        assert!(!k(name).is_elementwise() && !k(name).is_assoc_comm(), "{name}");
+        assert!(!k(name).is_bilinear_over(&k("matAdd")) && k(name).matrix_product().is_none(), "{name}");
+        assert!(k(name).check().is_ok() && matches!(k(&format!("{name}(1)")).check(), Err(KernelError::BadUse(_))));
+    }
+    assert_eq!(
+        sh("add", &[&[3, 2], &[4]]).unwrap_err(),
+        KernelError::BadShape(
+            "add: operand shapes [3, 2] and [4] do not broadcast: axis 1 of the first and axis 0 of the second \
+             (aligned at the end) have sizes 2 and 4, neither 1"
+                .into()
+        )
+    );
+    let e = sh("selectIf", &[&[2, 3, 4], &[5, 4]]).unwrap_err().to_string();
+    assert!(e.starts_with("selectIf: ") && e.contains("[2, 3, 4] and [5, 4]") && e.contains("sizes 3 and 5"), "{e}");
+    assert_eq!(k("add").flops(&[&[3, 2], &[4]]), 0);
+    assert_eq!(broadcast_shape(&[3, 1], &[4]), Some(vec![3, 4]));
+    assert_eq!(broadcast_shape(&[2], &[3]), None);
+    // A composition with a broadcasting binary runs in sequence.
+    assert_eq!(k("compose(relu,add)").output_shape(&[&[3, 1], &[4]]).unwrap(), vec![3, 4]);
+    assert_eq!(k("compose(relu,add)").flops(&[&[3, 1], &[4]]), 24);
+    assert!(!k("compose(relu,add)").is_elementwise());
+}
+
+#[test]
+fn numpy_unary_maps() {
+    for name in NUMPY_UNARIES {
+        let kr = k(name);
+        kr.check().unwrap();
+        assert_eq!(kr.arity(), 1);
+        assert!(kr.is_elementwise() && !kr.distributes_over(&k("matAdd")) && !kr.distributes_over(&k("max")), "{name}");
+        for shape in [&[2, 3, 4][..], &[], &[0, 5]] {
+            assert_eq!(kr.output_shape(&[shape]).unwrap(), shape.to_vec(), "{name}");
+        }
+        let per = if name == "tanh" || name == "erf" { 4 } else { 1 };
+        assert_eq!(kr.flops(&[&[2, 3, 4]]), 24 * per, "{name}");
+        assert_eq!(kr.flops(&[&[]]), per, "{name}");
+    }
+    assert_eq!(k("powc(-2)").to_string(), "powc(-2)");
+    assert_eq!(k("powc").check().unwrap_err().to_string(), "powc takes 1 argument (c), got 0");
+    assert!(k("abs(1)").check().is_err());
+    // Elementwise, so they fuse: one pass.
+    assert!(k("compose(tanh,compose(powc(2),matAdd))").is_elementwise());
+    assert_eq!(k("compose(tanh,compose(powc(2),matAdd))").flops(&[&[2, 3], &[2, 3]]), 6 + 6 + 24);
+}
+
+#[test]
+fn numpy_shape_kernels() {
+    let sh = |s: &str, i: &[&[usize]]| k(s).output_shape(i).unwrap();
+    let err = |s: &str, i: &[&[usize]]| match k(s).output_shape(i) {
+        Err(KernelError::BadShape(m)) => m,
+        other => panic!("{s} on {i:?}: {other:?}"),
+    };
+    // concatAxis.
+    assert_eq!(sh("concatAxis(1)", &[&[2, 3], &[2, 4]]), vec![2, 7]);
+    assert_eq!(sh("concatAxis(0)", &[&[0, 3], &[2, 3]]), vec![2, 3]);
+    assert_eq!(sh("concatAxis(0)", &[&[5], &[2]]), vec![7]);
+    assert_eq!(err("concatAxis(0)", &[&[2, 3], &[3]]), "concatAxis(0): operand ranks differ: [2, 3] and [3]");
+    assert_eq!(
+        err("concatAxis(2)", &[&[2, 3], &[2, 3]]),
+        "concatAxis(2): axis 2 is out of range for operands of rank 2 ([2, 3] and [2, 3])"
+    );
+    assert_eq!(
+        err("concatAxis(1)", &[&[2, 3], &[3, 3]]),
+        "concatAxis(1): operand shapes [2, 3] and [3, 3] differ on axis 0, not only on the joined axis 1"
+    );
+    assert!(err("concatAxis(0)", &[&[], &[]]).contains("out of range"));
+    // expandDims.
+    assert_eq!(sh("expandDims(0)", &[&[]]), vec![1]);
+    assert_eq!(sh("expandDims(1)", &[&[2, 3]]), vec![2, 1, 3]);
+    assert_eq!(sh("expandDims(2)", &[&[2, 3]]), vec![2, 3, 1]);
+    assert_eq!(
+        err("expandDims(3)", &[&[2, 3]]),
+        "expandDims(3): axis 3 is out of range for an operand of shape [2, 3] (a new axis goes at 0 to 2)"
+    );
+    // squeezeAxis.
+    assert_eq!(sh("squeezeAxis(1)", &[&[2, 1, 3]]), vec![2, 3]);
+    assert_eq!(sh("squeezeAxis(0)", &[&[1]]), Vec::<usize>::new());
+    assert_eq!(err("squeezeAxis(0)", &[&[2, 3]]), "squeezeAxis(0): axis 0 of [2, 3] has size 2, not 1");
+    assert_eq!(
+        err("squeezeAxis(2)", &[&[2, 1]]),
+        "squeezeAxis(2): axis 2 is out of range for an operand of shape [2, 1] (axes 0 to 1)"
+    );
+    assert_eq!(
+        err("squeezeAxis(0)", &[&[]]),
+        "squeezeAxis(0): axis 0 is out of range: the operand has shape [] (rank 0, no axis)"
+    );
+    // mergeAxes.
+    assert_eq!(sh("mergeAxes(1)", &[&[2, 3, 4]]), vec![2, 12]);
+    assert_eq!(sh("mergeAxes(0)", &[&[2, 3]]), vec![6]);
+    assert_eq!(sh("mergeAxes(0)", &[&[0, 3]]), vec![0]);
+    assert_eq!(err("mergeAxes(1)", &[&[2, 3]]), "mergeAxes(1): merges axes 1 and 2, the operand [2, 3] has rank 2");
+    assert!(err("mergeAxes(0)", &[&[]]).contains("rank 0"));
+    assert!(err(&format!("mergeAxes({})", u32::MAX), &[&[2, 3]]).contains("has rank 2"));
+    // splitAxis.
+    assert_eq!(sh("splitAxis(1,2)", &[&[3, 4]]), vec![3, 2, 2]);
+    assert_eq!(sh("splitAxis(0,4)", &[&[4]]), vec![1, 4]);
+    assert_eq!(sh("splitAxis(0,3)", &[&[0]]), vec![0, 3]);
+    assert_eq!(err("splitAxis(1,3)", &[&[3, 4]]), "splitAxis(1,3): axis 1 of [3, 4] has size 4, not a multiple of 3");
+    assert!(err("splitAxis(2,1)", &[&[3, 4]]).contains("axis 2 is out of range for an operand of shape [3, 4]"));
+    assert_eq!(k("splitAxis(0,0)").check().unwrap_err().to_string(), "splitAxis(0,0): size must be at least 1");
+    assert!(k("splitAxis(-1,2)").check().unwrap_err().to_string().contains("non-negative integer"));
+    // repeatAxis.
+    assert_eq!(sh("repeatAxis(0,5)", &[&[1, 3]]), vec![5, 3]);
+    assert_eq!(sh("repeatAxis(1,0)", &[&[2, 1]]), vec![2, 0]);
+    assert_eq!(
+        err("repeatAxis(1,4)", &[&[2, 3]]),
+        "repeatAxis(1,4): axis 1 of [2, 3] has size 3, not 1 (only a size-1 axis repeats)"
+    );
+    assert!(err("repeatAxis(0,4)", &[&[]]).contains("shape []"));
+    assert!(k("repeatAxis(0,1.5)").check().unwrap_err().to_string().contains("n must be a non-negative integer"));
+    assert!(k("expandDims(0.5)").check().unwrap_err().to_string().contains("axis must be a non-negative integer"));
+    // No flops, no facts.
+    for (name, shapes) in [
+        ("concatAxis(1)", &[&[2usize, 3][..], &[2, 4]][..]),
+        ("expandDims(0)", &[&[2, 3]]),
+        ("squeezeAxis(0)", &[&[1, 3]]),
+        ("mergeAxes(0)", &[&[2, 3]]),
+        ("splitAxis(1,3)", &[&[2, 3]]),
+        ("repeatAxis(0,7)", &[&[1, 3]]),
+    ] {
+        assert_eq!(k(name).flops(shapes), 0, "{name}");
+        assert_eq!(k(name).arity(), shapes.len(), "{name}");
+        assert!(!k(name).is_elementwise() && !k(name).is_assoc_comm(), "{name}");
+        assert!(!k(name).distributes_over(&k("matAdd")), "{name}");
+    }
+}
+
+#[test]
+fn ein_max_and_min() {
+    for text in ["einMax(ijk_ik)", "einMin(ij_ji)", "einMax(ii_)", "einMin(ij_)"] {
+        let kr = k(text);
+        assert_eq!(kr.to_string(), text);
+        kr.check().unwrap();
+        assert_eq!(kr.arity(), 1);
+        let json = serde_json::to_string(&kr).unwrap();
+        assert_eq!(serde_json::from_str::<KernelRef>(&json).unwrap(), kr);
+        assert!(!kr.is_elementwise() && !kr.is_assoc_comm() && !kr.distributes_over(&k("max")));
+    }
+    let sh = |s: &str, i: &[&[usize]]| k(s).output_shape(i);
+    assert_eq!(sh("einMax(ijk_ik)", &[&[2, 3, 4]]).unwrap(), vec![2, 4]);
+    assert_eq!(sh("einMax(ijk_ki)", &[&[2, 3, 4]]).unwrap(), vec![4, 2]);
+    assert_eq!(sh("einMin(ii_)", &[&[3, 3]]).unwrap(), Vec::<usize>::new());
+    assert_eq!(sh("einMin(ii_i)", &[&[3, 3]]).unwrap(), vec![3]);
+    let e = sh("einMax(ijk_ik)", &[&[2, 3]]).unwrap_err();
+    assert!(matches!(&e, KernelError::BadShape(m) if m.starts_with("einMax(ijk_ik): ") && m.contains("[2, 3]")), "{e}");
+    assert!(matches!(sh("einMin(ii_i)", &[&[3, 4]]), Err(KernelError::BadShape(_))));
+    assert_eq!(sh("einMax(ij_i)", &[&[3], &[3]]).unwrap_err().to_string(), "einMax(ij_i) takes 1 operand, got 2");
+    // Flops: the terms when a letter is reduced, else 0.
+    let f = |s: &str, i: &[&[usize]]| k(s).flops(i);
+    assert_eq!(f("einMax(ijk_ik)", &[&[2, 3, 4]]), 24);
+    assert_eq!(f("einMin(ij_)", &[&[2, 3]]), 6);
+    assert_eq!(f("einMax(ij_ji)", &[&[2, 3]]), 0);
+    assert_eq!(f("einMax(ii_i)", &[&[3, 3]]), 0);
+    assert_eq!(f("einMax(ij_i)", &[&[2, 0]]), 0);
+    // Bad specs.
+    let bad = |s: &str| match k(s).check() {
+        Err(KernelError::BadUse(m)) => m,
+        other => panic!("{s}: {other:?}"),
+    };
+    assert_eq!(
+        bad("einMax(ij_jk_ik)"),
+        "einMax(ij_jk_ik): einMax reduces one operand, the spec names 2 (write it like ijk_ik)"
+    );
+    assert!(bad("einMin(ij_iz)").contains("`z` is in no operand"));
+    assert_eq!(bad("einMax"), "einMax takes 1 argument (spec), got 0");
+    assert!(bad("einMax(1)").contains("einMax(1)"));
+    assert!(KernelRef::parse("einMin(i-j)").unwrap_err().to_string().contains("spec of letters"));
+    // Composable both ways.
+    k("compose(neg,einMax(ij_i))").check().unwrap();
+    assert_eq!(k("compose(einMin(ij_j),exp)").output_shape(&[&[2, 3]]).unwrap(), vec![3]);
+}
+
+#[test]
+fn short_names_are_not_suggested_for_unrelated_ones() {
+    assert_eq!(k("nope").check().unwrap_err().to_string(), "unknown kernel `nope`");
+    assert_eq!(k("Abs").check().unwrap_err().to_string(), "unknown kernel `Abs`; did you mean `abs`?");
+    assert_eq!(k("lte").check().unwrap_err().to_string(), "unknown kernel `lte`; did you mean `lt`?");
+    assert_eq!(k("einmax").check().unwrap_err().to_string(), "unknown kernel `einmax`; did you mean `einMax`?");
 }

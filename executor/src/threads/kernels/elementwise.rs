@@ -3,6 +3,7 @@
 //! block in chunks of [`CHUNK`] elements (one pass, no block-sized
 //! temporary, loops the compiler vectorises).
 
+use crate::kernels::scalar::Math;
 use crate::threads::elem::Elem;
 use tra_optimizer::kernel::KernelRef;
 
@@ -30,6 +31,9 @@ pub enum Unary {
     Sqrt,
     /// `x + c`.
     Shift(f64),
+    /// `abs`, `tanh`, `powc(c)`, …: the reference's scalar function, in
+    /// `f64` (bit-identical for `f64` blocks).
+    Math(Math),
 }
 
 /// A binary elementwise operation.
@@ -111,6 +115,7 @@ fn un<T: Elem>(u: Unary, x: T) -> T {
         Unary::Log => x.ln(),
         Unary::Sqrt => x.sqrt(),
         Unary::Shift(c) => x + T::from_f64(c),
+        Unary::Math(m) => T::from_f64(m.eval(x.to_f64())),
     }
 }
 
@@ -157,7 +162,7 @@ pub fn ew_prog(kernel: &KernelRef) -> Option<EwProg> {
                 "sqrt" => First::Unary(Unary::Sqrt),
                 "shift" => First::Unary(Unary::Shift(arg(0)?)),
                 "elemDiv" => First::Binary(Binary::Div),
-                _ => return None,
+                _ => First::Unary(Unary::Math(Math::of(name, arg(0))?)),
             };
             Some(EwProg { first, chain: Vec::new() })
         }
@@ -186,7 +191,7 @@ fn unary_into<T: Elem>(u: Unary, o: &mut [T], a: &[T]) {
             let c = T::from_f64(c);
             o.iter_mut().zip(a).for_each(|(o, &x)| *o = c * x)
         }
-        u @ (Unary::Exp | Unary::Log | Unary::Sqrt | Unary::Shift(_)) => {
+        u @ (Unary::Exp | Unary::Log | Unary::Sqrt | Unary::Shift(_) | Unary::Math(_)) => {
             o.iter_mut().zip(a).for_each(|(o, &x)| *o = un(u, x))
         }
     }
@@ -203,7 +208,9 @@ pub(super) fn unary_inplace<T: Elem>(u: Unary, o: &mut [T]) {
             let c = T::from_f64(c);
             o.iter_mut().for_each(|x| *x = c * *x)
         }
-        u @ (Unary::Exp | Unary::Log | Unary::Sqrt | Unary::Shift(_)) => o.iter_mut().for_each(|x| *x = un(u, *x)),
+        u @ (Unary::Exp | Unary::Log | Unary::Sqrt | Unary::Shift(_) | Unary::Math(_)) => {
+            o.iter_mut().for_each(|x| *x = un(u, *x))
+        }
     }
 }
 

@@ -19,7 +19,13 @@
 //!   is single-threaded; the executor parallelises over output blocks. [`matmul_into`] accumulates
 //!   into the output (`C += A·B`), which the executor uses to sum over a
 //!   join's contracted key without separate block additions.
-//! - Everything else (`rowSum`, `minIndex`, `tile`, …) is a direct loop.
+//! - numpy's broadcasting binaries (`add`, `lt`, `selectIf`, …) run a loop
+//!   when both operands have one shape or one is a scalar (`[]`), with the
+//!   reference's scalar function ([`crate::kernels::scalar`]); other shapes
+//!   go to the reference kernel. The shape kernels (`expandDims`,
+//!   `mergeAxes`, …, `concatAxis`, `repeatAxis`) copy rows.
+//! - Everything else (`rowSum`, `minIndex`, `tile`, …) is a direct loop;
+//!   kernels without one (`einSum`, `einMax`, …) run the reference kernel.
 //!
 //! Values are those of the reference kernels ([`crate::kernels`]): the same
 //! scalar formulas in the same order for elementwise work (so results are
@@ -41,6 +47,7 @@ pub use matmul::{matmul_into, matmul_into_par, matmul_with, MatMulKind};
 use super::elem::Elem;
 use super::pool::{Block, Pool};
 use crate::kernels::concat_shape;
+use crate::kernels::scalar::BroadcastOp;
 use tra_optimizer::kernel::{KernelError, KernelRef};
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -64,6 +71,14 @@ enum Named {
     OffsetIndex,
     Tile,
     Concat,
+    /// A numpy-broadcasting binary (`add`, `lt`, `selectIf`, …); the loops
+    /// cover operands of one shape and a scalar (`[]`) with any block.
+    Broadcast(BroadcastOp),
+    /// `expandDims`, `squeezeAxis`, `mergeAxes`, `splitAxis`: the row-major
+    /// elements unchanged under a new shape.
+    Reshape,
+    ConcatAxis,
+    RepeatAxis,
     Unknown,
 }
 
@@ -133,7 +148,10 @@ fn compile(k: &KernelRef) -> Compiled {
                 "offsetIndex" => Named::OffsetIndex,
                 "tile" => Named::Tile,
                 "concat" => Named::Concat,
-                _ => Named::Unknown,
+                "expandDims" | "squeezeAxis" | "mergeAxes" | "splitAxis" => Named::Reshape,
+                "concatAxis" => Named::ConcatAxis,
+                "repeatAxis" => Named::RepeatAxis,
+                other => BroadcastOp::of(other).map_or(Named::Unknown, Named::Broadcast),
             })
         }
         KernelRef::Compose(outer, inner) => {
@@ -325,14 +343,15 @@ impl FastKernel {
             Named::MinIndex => (rank(0) == 2 || rank(0) == 1) && !a.is_empty(),
             Named::MinPair => pairs(0) && pairs(1) && inputs[1].shape() == a.shape(),
             Named::OffsetIndex => pairs(0),
-            Named::Tile | Named::Concat => true,
+            Named::Broadcast(_) => rank(0) == 0 || rank(1) == 0 || inputs[1].shape() == a.shape(),
+            Named::Tile | Named::Concat | Named::Reshape | Named::ConcatAxis | Named::RepeatAxis => true,
             Named::Unknown => false,
         };
         if !handled {
             return reference_apply(&self.kernel, pool, inputs);
         }
         let mut out = match n {
-            Named::Tile | Named::Concat | Named::Unknown => None,
+            Named::Tile | Named::Concat | Named::Unknown | Named::Reshape => None,
             _ => Some(pool.take(out_shape)),
         };
         match n {
@@ -452,10 +471,72 @@ impl FastKernel {
                     self.kernel
                 )))
             }
+            Named::Broadcast(op) => {
+                let o = out.as_mut().unwrap().as_mut_slice();
+                broadcast_into(*op, o, x, inputs[1].as_slice());
+            }
+            Named::Reshape => return Ok(vec![pool.copy_of(out_shape, x)]),
+            Named::ConcatAxis => {
+                // Row-major: `outer` runs of the first operand's `run_a`
+                // elements, each followed by the second's `run_b`.
+                let axis = arg_usize(&self.kernel, 0)?;
+                let y = inputs[1].as_slice();
+                let inner: usize = a.shape()[axis + 1..].iter().product();
+                let (run_a, run_b) = (a.shape()[axis] * inner, inputs[1].shape()[axis] * inner);
+                let o = out.as_mut().unwrap().as_mut_slice();
+                let run = run_a + run_b;
+                if run > 0 {
+                    for (r, orow) in o.chunks_mut(run).enumerate() {
+                        orow[..run_a].copy_from_slice(&x[r * run_a..(r + 1) * run_a]);
+                        orow[run_a..].copy_from_slice(&y[r * run_b..(r + 1) * run_b]);
+                    }
+                }
+            }
+            Named::RepeatAxis => {
+                // Every run of `inner` elements (one index of the size-1
+                // axis) written `n` times.
+                let axis = arg_usize(&self.kernel, 0)?;
+                let inner: usize = a.shape()[axis + 1..].iter().product();
+                let o = out.as_mut().unwrap().as_mut_slice();
+                let n = out_shape[axis];
+                if inner > 0 && n > 0 {
+                    for (orow, xrow) in o.chunks_mut(n * inner).zip(x.chunks(inner)) {
+                        for piece in orow.chunks_mut(inner) {
+                            piece.copy_from_slice(xrow);
+                        }
+                    }
+                }
+            }
             Named::Unknown => return reference_apply(&self.kernel, pool, inputs),
         }
         Ok(vec![out.expect("an output block")])
     }
+}
+
+/// `out = op(a, b)` for operands of one length, or one of them a single
+/// element (a `[]` block) broadcast against the other: the reference's scalar
+/// function, in `f64` (bit-identical for `f64` blocks), one loop per
+/// operation.
+fn broadcast_into<T: Elem>(op: BroadcastOp, out: &mut [T], a: &[T], b: &[T]) {
+    #[inline(always)]
+    fn run<T: Elem>(out: &mut [T], a: &[T], b: &[T], f: impl Fn(f64, f64) -> f64) {
+        let g = |x: T, y: T| T::from_f64(f(x.to_f64(), y.to_f64()));
+        if a.len() == b.len() {
+            out.iter_mut().zip(a.iter().zip(b)).for_each(|(o, (&x, &y))| *o = g(x, y));
+        } else if a.len() == 1 {
+            out.iter_mut().zip(b).for_each(|(o, &y)| *o = g(a[0], y));
+        } else {
+            out.iter_mut().zip(a).for_each(|(o, &x)| *o = g(x, b[0]));
+        }
+    }
+    macro_rules! each {
+        ($($v:ident),*) => {
+            match op {
+                $(BroadcastOp::$v => run(out, a, b, |x, y| BroadcastOp::$v.eval(x, y)),)*
+            }
+        };
+    }
+    each!(Add, Sub, Mul, Div, Pow, Maximum, Minimum, Lt, Le, Gt, Ge, Eq, Ne, SelectIf, SelectElse)
 }
 
 /// A kernel the fast loops do not cover (a catalog entry without a fast
