@@ -66,6 +66,7 @@ from .expr import (
     one_hot,
     placeholder,
     power,
+    program,
     reblock,
     reciprocal,
     relu,

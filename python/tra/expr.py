@@ -72,6 +72,8 @@ class Builder:
         self._by_spec: Dict[str, str] = {}
         self._by_expr: Dict[int, str] = {}
         self._keep: List[Any] = []
+        #: inputs of placeholders built without a value.
+        self.unfed: List[str] = []
 
     def name_of(self, e: "Expr") -> str:
         """The node holding `e`, built on first use."""
@@ -84,20 +86,21 @@ class Builder:
     def leaf(self, e: "Expr", partition: Optional[int]) -> str:
         """The input of a leaf expression (an array, a constant or a placeholder)."""
         data = e._data
-        if data is None:
-            raise TraError("placeholder", f"no value fed for the placeholder of shape {e.shape} "
-                                          f"(tra.compute(..., feed={{placeholder: array}}))")
-        if data.shape != e.shape:
-            raise TraError("placeholder", f"the value fed has shape {data.shape}, the placeholder {e.shape}")
         name = f"in{len(self.inputs)}"
         decl: dict = {"key_bounds": list(e.grid), "array_bounds": list(e.block)}
         if partition is not None:
             decl["placement"] = {"hash": [partition]}
         self.inputs[name] = decl
+        self.origin[name] = e.op
+        if data is None:
+            # A program can be built without values; computing it needs them.
+            self.unfed.append(name)
+            return name
+        if data.shape != e.shape:
+            raise TraError("placeholder", f"the value fed has shape {data.shape}, the placeholder {e.shape}")
         if data.dtype not in (np.float32, np.float64):
             data = data.astype(np.float64)
         self.data[name] = data
-        self.origin[name] = e.op
         return name
 
     def node(self, op: str, spec: dict) -> str:
@@ -205,9 +208,7 @@ class Expr:
 
     def program(self, sites: Optional[int] = None) -> dict:
         """The TRA program computing this expression."""
-        from .session import build_program
-
-        return build_program([self], sites)[0]
+        return program(self, sites=sites)
 
     def compute(self, session: Any = None, feed: Optional[dict] = None) -> np.ndarray:
         """Run the program on tra and return the value as a numpy array."""
@@ -1367,6 +1368,17 @@ def stack(xs: Sequence[Any], axis: int = 0) -> Expr:
 
 
 # ----------------------------------------------------------------- compute
+def program(*exprs: Expr, sites: Optional[int] = None) -> dict:
+    """The one TRA program computing all of `exprs` (outputs in order; a
+    placeholder needs no value to be part of it)."""
+    from .session import build_program
+
+    for e in exprs:
+        if not isinstance(e, Expr):
+            raise TraError("program", f"expected tra expressions, got {type(e).__name__}")
+    return build_program(list(exprs), sites)[0]
+
+
 def compute(*exprs: Expr, session: Any = None, feed: Optional[dict] = None) -> List[np.ndarray]:
     """Compute several expressions in one program (shared parts once);
     `feed` gives the values of placeholders."""
@@ -1385,6 +1397,12 @@ def compute(*exprs: Expr, session: Any = None, feed: Optional[dict] = None) -> L
                 raise TraError("placeholder", f"the value fed has shape {arr.shape}, the placeholder {leaf.shape}")
             leaf._data = arr
             fed.append(leaf)
+        from .session import build_program
+
+        unfed = build_program(list(exprs), None)[3].unfed
+        if unfed:
+            raise TraError("placeholder", f"{len(unfed)} placeholder(s) have no value "
+                                          f"(tra.compute(..., feed={{placeholder: array}}))")
         outs = (session or default_session()).compute(list(exprs))
     finally:
         for leaf in fed:
