@@ -173,6 +173,18 @@ def test_reshapes_aligned_and_reblocked():
         close((x.reshape(new) * 2).reshape(shape).compute(), a * 2, f"round trip {shape} via {new}")
 
 
+def test_reductions_over_blocked_axes():
+    a = np.random.default_rng(11).standard_normal((4, 6, 2))
+    x = tra.array(a, block=(2, 3, 1))
+    for axes in [0, 1, (0, 1), (1, 2), None]:
+        for f in ("sum", "max", "min", "mean"):
+            for keep in (False, True):
+                close(getattr(x, f)(axis=axes, keepdims=keep).compute(), np.asarray(getattr(a, f)(axis=axes, keepdims=keep)),
+                      f"{f} over {axes}, keepdims={keep}")
+    close(tra.logsumexp(x, axis=1).compute(), np.log(np.exp(a).sum(axis=1)), "logsumexp")
+    close(tra.log_softmax(x, axis=0).compute(), a - a.max(0) - np.log(np.exp(a - a.max(0)).sum(0)), "log_softmax")
+
+
 def test_dtypes_follow_numpy():
     a32 = np.arange(12, dtype=np.float32).reshape(3, 4) - 5
     x = tra.array(a32, block=(3, 2))
