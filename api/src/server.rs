@@ -40,6 +40,7 @@ mod execute;
 pub mod flags;
 pub mod hygiene;
 pub mod listener;
+mod npy_wire;
 pub mod openapi;
 
 pub use cache::{CacheStats, CachedAnswer};
@@ -130,6 +131,10 @@ pub struct ServerConfig {
     /// Most floats of input data an execution may use, and most floats any one
     /// relation of the program may hold (default 50 million); larger gets 413 `data_too_large`.
     pub max_execute_floats: u64,
+    /// Most floats of one output `POST /v1/execute` returns as a `.npy`
+    /// (`"return": {"format": "npy"}`; its dense or relation array, holes
+    /// zero-filled; default 50 million); larger gets 413 `data_too_large`.
+    pub max_return_floats: u64,
     /// Memory all executions in flight may use together, estimated from
     /// tuples, blocks and sites before they start (default 1 GiB); one
     /// execution larger than this gets 413 `data_too_large`, others wait.
@@ -185,6 +190,7 @@ impl Default for ServerConfig {
             analysis_memory_bytes: 256 << 20,
             max_concurrent_optimizations: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(4),
             max_execute_floats: 50_000_000,
+            max_return_floats: 50_000_000,
             execute_memory_bytes: 1 << 30,
             max_execute_sites: 1024,
             execute_time: Duration::from_secs(60),
@@ -841,8 +847,8 @@ async fn examples_handler(State(st): State<AppState>) -> Json<Value> {
 }
 
 /// Top-level fields an optimize request may have besides a program's: an
-/// execute request's `data`, not read, so that one body serves both.
-const OPTIMIZE_ALSO: &[&str] = &["data"];
+/// execute request's `data` and `return`, not read, so that one body serves both.
+const OPTIMIZE_ALSO: &[&str] = &["data", "return"];
 
 async fn optimize_handler(State(st): State<AppState>, JsonBody(body): JsonBody) -> Result<Response, ApiError> {
     let answer = if body.len() <= INLINE_PARSE_BYTES {

@@ -95,6 +95,22 @@ impl Estimate {
         });
     }
 
+    /// An output returned as a base64 `.npy` (`POST /v1/execute` with
+    /// `"return": {"format": "npy"}`) of `floats` floats (its dense or
+    /// relation array, holes zero-filled) of `bytes_per_float` bytes: the
+    /// `f64` array it is staged in, and its base64 text (4/3 of its bytes)
+    /// twice, in the answer and in the body sent.
+    pub fn returned(&mut self, output: &str, floats: u64, bytes_per_float: u64) {
+        let text = floats.saturating_mul(bytes_per_float).saturating_mul(4).div_ceil(3);
+        let bytes = floats.saturating_mul(8).saturating_add(text.saturating_mul(2));
+        self.add(&format!("outputs.{output}"), bytes, || {
+            format!(
+                "{floats} floats returned as a .npy of {bytes_per_float} bytes per float: 8 bytes each as staged, and \
+                 its base64 text (4/3 of its bytes) in the answer and in the body sent"
+            )
+        });
+    }
+
     fn sites(&mut self, sites: usize, nodes: usize) {
         let threads = tra_executor::threads::runtime::site_threads(sites) as u64;
         let bytes = (sites as u64)

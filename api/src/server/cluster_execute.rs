@@ -21,7 +21,7 @@ pub(super) fn run(
     sites: usize,
     inputs: &BTreeMap<String, Relation>,
     out_types: &BTreeMap<String, RelType>,
-    summarize: fn(&Relation, &RelType) -> Value,
+    summarize: &dyn Fn(&Relation, &RelType) -> Value,
 ) -> Result<Executed, InterpError> {
     let (job, outputs) = cluster.execute(plan, sites, inputs).map_err(|message| InterpError::BadNode {
         node: String::new(),

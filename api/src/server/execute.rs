@@ -2,13 +2,19 @@
 //! thread executor (`tra_executor::threads`, in `f64`) with the given (or
 //! random) input data; the answer has the wall time of every operator and the
 //! floats every shuffle and broadcast moved next to the optimizer's prediction.
+//!
+//! Input data comes as nested JSON arrays or as a base64 `.npy` file
+//! ([`super::npy_wire`]); outputs come back as nested arrays when small
+//! (at most [`MAX_RETURNED_FLOATS`]) or, asked with `"return": {"format":
+//! "npy"}`, every one as a base64 `.npy` up to `--max-return-floats`.
 
 use super::admission::{self, Estimate};
 use super::cache::CachedAnswer;
+use super::npy_wire::{self, NpyInputError, ReturnSpec};
 use super::{json_float, parse_json, ApiError, AppState, JsonBody};
 use axum::extract::State;
-use axum::http::StatusCode;
-use axum::Json;
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
 use indexmap::IndexMap;
 use ndarray::{ArrayD, Axis, IxDyn, Slice};
 use serde_json::{json, Map, Value};
@@ -23,7 +29,8 @@ use tra_optimizer::program::IaOp;
 use tra_optimizer::types::RelType;
 use tra_optimizer::{Plan, Program};
 
-/// Outputs with at most this many floats (in their dense form) are returned whole.
+/// Outputs with at most this many floats (in their dense form) are returned
+/// whole as nested JSON arrays (`"return": {"format": "json"}`, the default).
 pub const MAX_RETURNED_FLOATS: u64 = 10_000;
 
 /// The data of one input, as the request gives it.
@@ -44,12 +51,14 @@ struct Prepared {
     answer: Value,
     estimate: Estimate,
     optimize_ms: f64,
+    /// How the outputs are returned.
+    ret: ReturnSpec,
 }
 
 pub(super) async fn execute_handler(
     State(st): State<AppState>,
     JsonBody(body): JsonBody,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Response, ApiError> {
     let config = st.config().clone();
     let start = Instant::now();
     // One deadline for the request: the optimization may use the optimize
@@ -74,22 +83,33 @@ pub(super) async fn execute_handler(
     let plan = p.plan.clone();
     let sites = p.sites;
     let run_deadline = deadline.clone();
-    let (p, run) = tokio::task::spawn_blocking(move || {
+    // The answer is made and serialized while the reservation is held: an
+    // output returned as a `.npy` is counted in the estimate (its base64
+    // text in the answer and in the body).
+    let body = tokio::task::spawn_blocking(move || {
         let _permit = permit;
         let _reservation = reservation;
         let r = deadline::within(run_deadline.clone(), || match &cluster {
             Some(c) => run_on_cluster(&p, c),
             None => run(&p, &rt, run_deadline),
         });
+        let body = r.map_err(interp_error).and_then(|run| {
+            serde_json::to_vec(&answer(&p, plan, sites, runtime, run))
+                .map_err(|e| ApiError::internal(format!("cannot serialize the answer: {e}")))
+        });
         crate::server::admission::give_back_freed_memory();
-        (p, r)
+        body
     })
     .await
-    .map_err(|e| ApiError::internal(format!("the executor crashed: {e}")))?;
-    let (timings, operators, floats_moved, measured, outputs) = run.map_err(interp_error)?;
-    let measured_seconds = timings.get("total").and_then(|t| t.as_f64()).unwrap_or(0.0) / 1000.0;
+    .map_err(|e| ApiError::internal(format!("the executor crashed: {e}")))??;
+    Ok(([(header::CONTENT_TYPE, "application/json")], body).into_response())
+}
 
-    Ok(Json(json!({
+/// The answer to an execution that ran.
+fn answer(p: &Prepared, plan: Plan, sites: usize, runtime: &str, run: RunAnswer) -> Value {
+    let (timings, operators, floats_moved, measured, outputs) = run;
+    let measured_seconds = timings.get("total").and_then(|t| t.as_f64()).unwrap_or(0.0) / 1000.0;
+    json!({
         "timings_ms": timings,
         "measured_seconds": measured_seconds,
         "operators": operators,
@@ -105,7 +125,7 @@ pub(super) async fn execute_handler(
         "estimated_memory_bytes": p.estimate.bytes,
         "runtime": runtime,
         "warnings": p.answer["warnings"],
-    })))
+    })
 }
 
 /// Parse, check, refuse too much work, read the data, optimize, and
@@ -113,7 +133,8 @@ pub(super) async fn execute_handler(
 fn prepare(st: &AppState, body: &[u8]) -> Result<Prepared, ApiError> {
     let config = st.config();
     let value = parse_json(body)?;
-    let program = st.with_defaults(&value["cluster"], Program::from_request(&value, &["data"])?);
+    let program = st.with_defaults(&value["cluster"], Program::from_request(&value, &["data", "return"])?);
+    let ret = ReturnSpec::parse(value.get("return"))?;
     let typed = check_program(&program)?;
     let sites = program.cluster().sites;
     if sites > config.max_execute_sites {
@@ -156,8 +177,26 @@ fn prepare(st: &AppState, body: &[u8]) -> Result<Prepared, ApiError> {
             ));
         }
     }
+    if ret.npy {
+        for o in &program.outputs {
+            let floats = returned_floats(&typed.types[o.as_str()]);
+            if floats > config.max_return_floats {
+                return Err(too_large(
+                    o,
+                    format!(
+                        "output {o} holds {floats} floats (its {} array, holes zero-filled); this server returns \
+                         outputs of at most {} floats each as .npy (--max-return-floats): raise it, e.g. tra serve \
+                         --max-return-floats {floats}, to get this one",
+                        if dense_layout(&typed.types[o.as_str()]) { "dense" } else { "relation" },
+                        config.max_return_floats
+                    ),
+                ));
+            }
+        }
+    }
     let inputs: Vec<&str> = program.inputs.keys().map(String::as_str).collect();
-    let rough = admission::estimate_program(&inputs, &typed.types, &program.outputs, sites, &fusable);
+    let mut rough = admission::estimate_program(&inputs, &typed.types, &program.outputs, sites, &fusable);
+    add_returned(&mut rough, &program.outputs, &typed.types, ret);
     if rough.bytes > config.execute_memory_bytes {
         return Err(admission::too_much_memory(&rough, config.execute_memory_bytes));
     }
@@ -180,7 +219,8 @@ fn prepare(st: &AppState, body: &[u8]) -> Result<Prepared, ApiError> {
     if let Some(e) = products_held(&typed.types, &fusable, &plan, &typed_plan, &fused, &answer, limit) {
         return Err(e);
     }
-    let estimate = admission::estimate_plan(&plan, &typed_plan, sites, &fused);
+    let mut estimate = admission::estimate_plan(&plan, &typed_plan, sites, &fused);
+    add_returned(&mut estimate, &program.outputs, &typed.types, ret);
     if estimate.bytes > config.execute_memory_bytes {
         return Err(admission::too_much_memory(&estimate, config.execute_memory_bytes));
     }
@@ -193,7 +233,34 @@ fn prepare(st: &AppState, body: &[u8]) -> Result<Prepared, ApiError> {
         answer,
         estimate,
         optimize_ms,
+        ret,
     })
+}
+
+/// The floats of an output's returned array: its dense tensor or relation
+/// array, holes zero-filled.
+fn returned_floats(t: &RelType) -> u64 {
+    t.frontier
+        .iter()
+        .map(|&f| u64::from(f))
+        .chain(t.array_bounds.iter().map(|&a| a as u64))
+        .fold(1, u64::saturating_mul)
+}
+
+/// Whether an output is returned as its dense tensor (key arity == block
+/// rank, at least one key dim), else as the relation array.
+fn dense_layout(t: &RelType) -> bool {
+    !t.frontier.is_empty() && t.frontier.len() == t.array_bounds.len()
+}
+
+/// Count in `e` the outputs returned as `.npy` (nothing for JSON: at most
+/// 10,000 floats each).
+fn add_returned(e: &mut Estimate, outputs: &[String], types: &IndexMap<String, RelType>, ret: ReturnSpec) {
+    if ret.npy {
+        for o in outputs {
+            e.returned(o, returned_floats(&types[o.as_str()]), ret.dtype.size() as u64);
+        }
+    }
 }
 
 /// The refusal of a plan that holds the products of a matrix product over
@@ -258,7 +325,7 @@ fn run(
     let outputs = run.erased_outputs()?;
     let summaries: Map<String, Value> = outputs
         .iter()
-        .map(|(name, rel)| (name.clone(), summarize(&rel.to_relation(), &p.types[name.as_str()])))
+        .map(|(name, rel)| (name.clone(), summarize(&rel.to_relation(), &p.types[name.as_str()], p.ret)))
         .collect();
     debug_assert!(p.outputs.iter().all(|o| outputs.contains_key(o)));
     // `timings_ms`: the whole run and the wall time of every operator
@@ -294,7 +361,8 @@ fn run_on_cluster(p: &Prepared, cluster: &crate::cluster::ClusterTarget) -> Resu
         .collect();
     let out_types: BTreeMap<String, RelType> =
         p.outputs.iter().map(|o| (o.clone(), p.types[o.as_str()].clone())).collect();
-    super::cluster_execute::run(cluster, &p.plan, p.sites, &inputs, &out_types, summarize)
+    let ret = p.ret;
+    super::cluster_execute::run(cluster, &p.plan, p.sites, &inputs, &out_types, &|rel, t| summarize(rel, t, ret))
 }
 
 fn too_large(at: &str, message: String) -> ApiError {
@@ -322,7 +390,8 @@ fn interp_error(e: InterpError) -> ApiError {
     }
 }
 
-/// Read `data`: per input `{"random": {"seed": N}}` or `{"dense": nested arrays}`.
+/// Read `data`: per input `{"random": {"seed": N}}`, `{"dense": nested arrays}`
+/// or `{"npy": base64 of a .npy file}`.
 /// An input without an entry (or no `data` at all) gets random data with seed 0.
 fn read_data(
     program: &Program,
@@ -337,7 +406,8 @@ fn read_data(
             return Err(ApiError::unprocessable(
                 "bad_field",
                 "data",
-                "`data` must be an object: per input {\"random\": {\"seed\": 7}} or {\"dense\": nested arrays}",
+                "`data` must be an object: per input {\"random\": {\"seed\": 7}}, {\"dense\": nested arrays} or \
+                 {\"npy\": base64 of a .npy file}",
             ))
         }
     };
@@ -375,9 +445,30 @@ fn read_data(
                     ApiError::unprocessable("bounds_mismatch", at.clone(), format!("data for input {name}: {m}"))
                 })?)
             }
+            Some(Value::Object(spec)) if spec.len() == 1 && spec.contains_key("npy") => {
+                let text = spec["npy"].as_str().ok_or_else(|| {
+                    bad(format!(
+                        "`npy` must be a string, the base64 text of a .npy file, not {}",
+                        truncate(&spec["npy"].to_string(), 40)
+                    ))
+                })?;
+                let (shape, values) =
+                    npy_wire::read_input(text, &t.frontier, &t.array_bounds).map_err(|e| match e {
+                        NpyInputError::Bad(m) => bad(m),
+                        NpyInputError::Shape(m) => ApiError::unprocessable(
+                            "bounds_mismatch",
+                            at.clone(),
+                            format!("data for input {name}: {m}"),
+                        ),
+                    })?;
+                InputData::Given(cut(&shape, values, t).map_err(|m| {
+                    ApiError::unprocessable("bounds_mismatch", at.clone(), format!("data for input {name}: {m}"))
+                })?)
+            }
             Some(other) => {
                 return Err(bad(format!(
-                    "expected {{\"random\": {{\"seed\": 7}}}} or {{\"dense\": nested arrays}}, not {}",
+                    "expected {{\"random\": {{\"seed\": 7}}}}, {{\"dense\": nested arrays}} or {{\"npy\": base64 \
+                     of a .npy file}}, not {}",
                     truncate(&other.to_string(), 80)
                 )))
             }
@@ -478,17 +569,19 @@ fn cut(shape: &[usize], values: Vec<f64>, t: &RelType) -> Result<Relation, Strin
     Err(format!("an array of shape {shape:?}, expected {expected}"))
 }
 
-/// An output: checksum, bounds, tuple count, and the data when small (the
-/// dense tensor when key arity == array rank, else the relation array;
-/// missing tuples are zero-filled).
-fn summarize(rel: &Relation, t: &RelType) -> Value {
+/// An output: checksum, bounds, tuple count, and its values (the dense
+/// tensor when key arity == array rank, else the relation array; missing
+/// tuples are zero-filled): as a base64 `.npy` when `ret` asks for it (the
+/// size was checked against `--max-return-floats` before the run), else as
+/// nested arrays when small, else a `note` saying how to get them.
+fn summarize(rel: &Relation, t: &RelType, ret: ReturnSpec) -> Value {
     // Folded from +0.0: `Iterator::sum` of no floats is -0.0, which an empty
     // output would report.
     let checksum: f64 = rel.tuples.values().fold(0.0, |a, b| a + b.sum());
     let kb: Vec<usize> = t.frontier.iter().map(|&f| f as usize).collect();
     let ab = t.array_bounds.clone();
-    let total: u64 = kb.iter().chain(&ab).map(|&x| x as u64).fold(1u64, u64::saturating_mul);
-    let dense = !kb.is_empty() && kb.len() == ab.len();
+    let total = returned_floats(t);
+    let dense = dense_layout(t);
     let mut out = json!({
         "checksum": json_float(checksum),
         "key_bounds": kb,
@@ -496,10 +589,25 @@ fn summarize(rel: &Relation, t: &RelType) -> Value {
         "tuples": rel.len(),
         "floats": rel.floats(),
     });
-    if total <= MAX_RETURNED_FLOATS {
+    let layout = json!(if dense { "dense" } else { "relation" });
+    if ret.npy {
         let array = if dense { to_dense(rel, &kb, &ab) } else { to_relation_array(rel, &kb, &ab) };
-        out["layout"] = json!(if dense { "dense" } else { "relation" });
+        let text = match array.as_slice() {
+            Some(values) => npy_wire::encode_output(array.shape(), values.iter().copied(), ret.dtype),
+            None => npy_wire::encode_output(array.shape(), array.iter().copied(), ret.dtype),
+        };
+        drop(array);
+        out["layout"] = layout;
+        out["npy"] = Value::String(text);
+    } else if total <= MAX_RETURNED_FLOATS {
+        let array = if dense { to_dense(rel, &kb, &ab) } else { to_relation_array(rel, &kb, &ab) };
+        out["layout"] = layout;
         out["data"] = to_nested(&array);
+    } else {
+        out["note"] = json!(format!(
+            "{total} floats, more than the {MAX_RETURNED_FLOATS} returned as JSON: ask for every output as a .npy \
+             with \"return\": {{\"format\": \"npy\"}} (up to --max-return-floats)"
+        ));
     }
     out
 }
@@ -656,12 +764,12 @@ mod tests {
     fn small_outputs_carry_their_data() {
         let t = rel_type(&[2], &[3]);
         let rel = random_relation(&[2], &[3], 1);
-        let s = summarize(&rel, &t);
+        let s = summarize(&rel, &t, ReturnSpec::default());
         assert_eq!(s["layout"], "dense");
         assert_eq!(s["data"].as_array().unwrap().len(), 6);
         let sum: f64 = rel.tuples.values().map(|b| b.sum()).sum();
         assert_eq!(s["checksum"].as_f64().unwrap(), sum);
-        let empty = summarize(&Relation::new(), &t);
+        let empty = summarize(&Relation::new(), &t, ReturnSpec::default());
         assert_eq!(empty["checksum"].to_string(), "0.0", "not -0.0");
     }
 }

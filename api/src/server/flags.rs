@@ -49,6 +49,10 @@ pub struct ServeArgs {
     /// relation; a matrix product summed as it is made holds none of its products).
     #[arg(long, default_value_t = 50_000_000)]
     pub max_execute_floats: u64,
+    /// Most floats of one output `/v1/execute` returns as a `.npy`
+    /// (`"return": {"format": "npy"}`; 413 above it).
+    #[arg(long, default_value_t = 50_000_000)]
+    pub max_return_floats: u64,
     /// Memory, in bytes, the executions in flight may use together, estimated
     /// before they start (one larger than this gets 413; others wait).
     #[arg(long, default_value_t = 1 << 30)]
@@ -114,6 +118,7 @@ impl ServeArgs {
             analysis_memory_bytes: self.analysis_memory_bytes,
             execute_time: Duration::from_millis(self.execute_ms),
             max_execute_floats: self.max_execute_floats,
+            max_return_floats: self.max_return_floats,
             execute_memory_bytes: self.execute_memory_bytes,
             max_execute_sites: self.max_execute_sites,
             max_concurrent_executions: self.max_concurrent_executions,

@@ -31,9 +31,9 @@ fn bounds() -> Value {
     json!({"type": "array", "items": {"type": "integer", "minimum": 1}})
 }
 
-/// A program's top-level fields, with an execute request's `data` when
-/// given (each schema refuses any other field).
-fn program_fields(data: Option<Value>) -> Value {
+/// A program's top-level fields, with an execute request's `data` and
+/// `return` when given (each schema refuses any other field).
+fn program_fields(data: Option<Value>, ret: Option<Value>) -> Value {
     let mut fields = json!({
         "inputs": {"type": "object", "additionalProperties": r("InputDecl")},
         "nodes": {"type": "object", "additionalProperties": r("TraOp")},
@@ -42,6 +42,9 @@ fn program_fields(data: Option<Value>) -> Value {
     });
     if let Some(d) = data {
         fields["data"] = d;
+    }
+    if let Some(r) = ret {
+        fields["return"] = r;
     }
     fields
 }
@@ -214,7 +217,7 @@ pub fn document(config: &ServerConfig) -> Value {
         "Program": {
             "type": "object",
             "description": "A TRA program: a DAG of named nodes over named inputs.",
-            "properties": program_fields(None),
+            "properties": program_fields(None, None),
             "required": ["inputs", "nodes", "outputs"],
             "additionalProperties": false
         },
@@ -339,21 +342,38 @@ pub fn document(config: &ServerConfig) -> Value {
             "oneOf": [r("Float"), {"type": "array", "items": r("NestedArray")}]
         },
         "InputData": {
-            "description": "The data of one input: random integers in [-3, 3] from a seeded generator, or given values: the \
-                            relation array of shape key_bounds ++ array_bounds, or (key arity == array rank) the dense \
-                            tensor of shape key_bounds[i]·array_bounds[i].",
+            "description": "The data of one input: random integers in [-3, 3] from a seeded generator, or given values \
+                            (nested arrays, or a base64 .npy file): the relation array of shape key_bounds ++ \
+                            array_bounds, or (key arity == array rank) the dense tensor of shape \
+                            key_bounds[i]·array_bounds[i].",
             "oneOf": [
                 {"type": "object", "properties": {"random": {"type": "object",
                     "properties": {"seed": {"type": "integer", "minimum": 0, "default": 0}}}},
                  "required": ["random"], "additionalProperties": false},
-                {"type": "object", "properties": {"dense": r("NestedArray")}, "required": ["dense"], "additionalProperties": false}
+                {"type": "object", "properties": {"dense": r("NestedArray")}, "required": ["dense"], "additionalProperties": false},
+                {"type": "object", "properties": {"npy": {"type": "string", "contentEncoding": "base64",
+                    "contentMediaType": "application/x-npy",
+                    "description": "The base64 text of a .npy file: float32 or float64, little-endian, C order, \
+                                    of either shape; as large as the body allows (--max-body-bytes)"}},
+                 "required": ["npy"], "additionalProperties": false}
             ]
+        },
+        "ReturnFormat": {
+            "type": "object",
+            "description": "How the outputs are returned: `json` (nested arrays, outputs of at most 10,000 floats) or \
+                            `npy` (every output as a base64 .npy file of `dtype`, up to --max-return-floats floats each)",
+            "properties": {
+                "format": {"type": "string", "enum": ["json", "npy"], "default": "json"},
+                "dtype": {"type": "string", "enum": ["float32", "float64"], "default": "float64",
+                    "description": "The .npy's element type (format npy; JSON numbers are float64)"}
+            },
+            "additionalProperties": false
         },
         "ExecuteRequest": {
             "type": "object",
-            "description": "A Program, plus data for its inputs.",
+            "description": "A Program, plus data for its inputs and how to return its outputs.",
             "properties": program_fields(Some(json!({"type": "object", "additionalProperties": r("InputData"),
-                "description": "Per input; an input without an entry gets {\"random\": {\"seed\": 0}}"}))),
+                "description": "Per input; an input without an entry gets {\"random\": {\"seed\": 0}}"})), Some(r("ReturnFormat"))),
             "required": ["inputs", "nodes", "outputs"],
             "additionalProperties": false
         },
@@ -366,9 +386,13 @@ pub fn document(config: &ServerConfig) -> Value {
                 "tuples": {"type": "integer", "description": "Tuples present (fewer than the product of key_bounds when the relation has holes)"},
                 "floats": {"type": "integer"},
                 "layout": {"type": "string", "enum": ["dense", "relation"],
-                    "description": "The form of `data`: the dense tensor (key arity == array rank) or the relation array key_bounds ++ array_bounds"},
+                    "description": "The form of `data` or `npy`: the dense tensor (key arity == array rank) or the relation array key_bounds ++ array_bounds"},
                 "data": {"$ref": "#/components/schemas/NestedArray",
-                    "description": "Present when the output holds at most 10,000 floats; holes are zero-filled"}
+                    "description": "With format json, when the output holds at most 10,000 floats; holes are zero-filled"},
+                "npy": {"type": "string", "contentEncoding": "base64", "contentMediaType": "application/x-npy",
+                    "description": "With format npy, always: the base64 text of a .npy file (little-endian float32 or float64 as asked, C order) of the array `layout` names; holes are zero-filled"},
+                "note": {"type": "string",
+                    "description": "With format json, when the output holds more than 10,000 floats (no `data`): how to get them (\"return\": {\"format\": \"npy\"})"}
             },
             "required": ["checksum", "key_bounds", "array_bounds", "tuples", "floats"]
         },
@@ -465,11 +489,13 @@ pub fn document(config: &ServerConfig) -> Value {
     });
     let mut execute_errors = optimize_errors.clone();
     execute_errors["413"] = error_response(&format!(
-        "Body larger than {body_limit} (body_too_large), or inputs (or a relation of the program, the products of a matrix product \
-         summed as they are made not counted) larger than {} floats, \
-         or an execution estimated at more than the execution memory budget of {} bytes (data_too_large; `at` names \
-         the heaviest input or node)",
-        config.max_execute_floats, config.execute_memory_bytes
+        "Body larger than {body_limit} (body_too_large, --max-body-bytes; a .npy input travels in it as base64, 4/3 of \
+         its bytes), or inputs (or a relation of the program, the products of a matrix product \
+         summed as they are made not counted) larger than {} floats, an output asked as .npy larger than {} floats \
+         (--max-return-floats), \
+         or an execution estimated at more than the execution memory budget of {} bytes, outputs returned as .npy \
+         counted (data_too_large; `at` names the heaviest input or node, or the output)",
+        config.max_execute_floats, config.max_return_floats, config.execute_memory_bytes
     ));
 
     let get_json = |summary: &str, schema: Value| json!({"get": {"summary": summary, "responses": {"200": {"description": "OK", "content": json_content(schema)}}}});
@@ -505,12 +531,15 @@ pub fn document(config: &ServerConfig) -> Value {
                 "At most {} executions run at once, within an execution memory budget of {} bytes estimated before \
                  each starts (tuples × per-tuple overhead + block bytes, and sites); others wait until their deadline \
                  ({} s of optimization + {} s of execution). At most {} sites. Output floats that JSON has no number \
-                 for are the strings \"NaN\", \"Infinity\", \"-Infinity\".",
+                 for are the strings \"NaN\", \"Infinity\", \"-Infinity\". Input data may be a base64 .npy \
+                 ({{\"npy\": …}}); with \"return\": {{\"format\": \"npy\"}} every output comes back as one, up \
+                 to {} floats each (--max-return-floats).",
                 config.max_concurrent_executions,
                 config.execute_memory_bytes,
                 config.optimize_time.as_secs_f64(),
                 config.execute_time.as_secs_f64(),
-                config.max_execute_sites
+                config.max_execute_sites,
+                config.max_return_floats
             ),
             "requestBody": {"required": true, "content": json_content(r("ExecuteRequest"))},
             "responses": merge(json!({"200": {"description": "Timings, floats moved (measured and predicted), outputs",
