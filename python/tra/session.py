@@ -2,20 +2,27 @@
 
 :func:`connect` sets the default :class:`Session` (``$TRA_URL``, else
 ``http://127.0.0.1:8080``); :func:`connect_local` one that runs ``tra run``
-on this machine, which has no limit on the size of results (the service
-returns at most 10,000 floats per output).
+on this machine.
+
+Data travels as ``.npy`` files both ways: to the service as base64 inside
+the JSON body (``{"npy": ...}`` per input, bounded by ``tra serve
+--max-body-bytes``), results asked with ``"return": {"format": "npy"}``
+(bounded by ``--max-return-floats``); to ``tra run`` as files. Inputs keep
+float32 when every input is float32 (the results are then float32);
+anything else is sent as float64.
 """
 
 from __future__ import annotations
 
+import base64
+import http.client
+import io
 import json
-import math
 import os
 import subprocess
 import sys
 import tempfile
-import urllib.error
-import urllib.request
+import urllib.parse
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -41,21 +48,29 @@ def build_program(exprs: Sequence[Expr], sites: Optional[int]) -> Tuple[dict, Di
     return prog, b.data, outs, b
 
 
-def _float(x: Any) -> float:
-    return float(x) if not isinstance(x, str) else float({"Infinity": "inf", "-Infinity": "-inf"}.get(x, x))
+def _wire_dtype(data: Dict[str, np.ndarray]) -> np.dtype:
+    """float32 when every input is float32, else float64 (tra computes in one type)."""
+    if data and all(np.asarray(a).dtype == np.float32 for a in data.values()):
+        return np.dtype("<f4")
+    return np.dtype("<f8")
 
 
-def _dense_json(arr: np.ndarray) -> Any:
-    if np.isfinite(arr).all():
-        return arr.tolist()
-    return np.vectorize(lambda v: v if math.isfinite(v) else ("NaN" if math.isnan(v) else
-                                                              ("Infinity" if v > 0 else "-Infinity")),
-                        otypes=[object])(arr).tolist()
+def _npy_bytes(arr: np.ndarray, dtype: np.dtype) -> bytes:
+    """A .npy file of `arr` as `dtype`, little-endian, C order (what tra reads)."""
+    buf = io.BytesIO()
+    np.save(buf, np.asarray(arr, dtype=dtype, order="C"), allow_pickle=False)
+    return buf.getvalue()
+
+
+def _npy_json(arr: np.ndarray, dtype: np.dtype) -> dict:
+    return {"npy": base64.b64encode(_npy_bytes(arr, dtype)).decode("ascii")}
 
 
 def _shape_result(e: Expr, value: np.ndarray) -> np.ndarray:
-    """The service's dense value in the expression's numpy shape."""
-    return np.asarray(value, dtype=np.float64).reshape(e.shape)
+    """A dense result in the expression's numpy shape (and its dtype, if it has one)."""
+    out = np.asarray(value).reshape(e.shape)
+    dtype = getattr(e, "dtype", None)
+    return out if dtype is None else out.astype(dtype)
 
 
 class Session:
@@ -75,15 +90,34 @@ class Session:
     # ------------------------------------------------------------ transport
     def _post(self, path: str, body: dict, builder: Builder) -> dict:
         data = json.dumps(body, allow_nan=False).encode()
-        req = urllib.request.Request(self.url + path, data=data, headers={"Content-Type": "application/json"})
+        where = urllib.parse.urlsplit(self.url)
+        unreachable = "(start `tra serve`, or set TRA_URL / call tra.connect(url))"
+        conn_class = http.client.HTTPSConnection if where.scheme == "https" else http.client.HTTPConnection
+        conn = conn_class(where.netloc, timeout=self.timeout)
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout) as r:
-                return json.loads(r.read())
-        except urllib.error.HTTPError as err:
-            raise _service_error(err.read(), builder, f"POST {path} answered {err.code}") from None
-        except urllib.error.URLError as err:
-            raise TraError("connect", f"cannot reach tra at {self.url}: {err.reason} "
-                                      f"(start `tra serve`, or set TRA_URL / call tra.connect(url))") from None
+            try:
+                conn.request("POST", where.path + path, body=data, headers={"Content-Type": "application/json"})
+            except (BrokenPipeError, ConnectionResetError):
+                # The service answered before reading the whole body (a
+                # 413 past --max-body-bytes): read what it said.
+                pass
+            try:
+                r = conn.getresponse()
+                status, answer = r.status, r.read()
+            except (OSError, http.client.HTTPException) as err:
+                raise TraError("connect", f"tra at {self.url} closed the connection while {len(data):,} bytes were "
+                                          f"sent ({err!r}); if that is more than its --max-body-bytes (default 4 "
+                                          f"MiB), start it with a larger one {unreachable}") from None
+        except OSError as err:
+            raise TraError("connect", f"cannot reach tra at {self.url}: {err} {unreachable}") from None
+        finally:
+            conn.close()
+        if status >= 400:
+            raise _service_error(answer, builder, f"POST {path} answered {status}", self.url)
+        try:
+            return json.loads(answer)
+        except ValueError:
+            raise TraError("tra", f"POST {path} answered {status} with no JSON: {answer[:200]!r}") from None
 
     def _local(self, args: List[str], builder: Builder) -> str:
         try:
@@ -126,17 +160,23 @@ class Session:
     def compute(self, exprs: Sequence[Expr]) -> List[np.ndarray]:
         """Run the program of `exprs` and return their values, in order."""
         prog, data, outs, b = build_program(exprs, self.sites)
+        wire = _wire_dtype(data)
         if self.url:
-            body = dict(prog, data={n: {"dense": _dense_json(a)} for n, a in data.items()})
+            body = dict(prog, data={n: _npy_json(a, wire) for n, a in data.items()},
+                        **{"return": {"format": "npy", "dtype": "float32" if wire == np.float32 else "float64"}})
             answer = self._post("/v1/execute", body, b)
             values = []
             for e, name in zip(exprs, outs):
-                o = answer["outputs"][name]
-                if "data" not in o:
-                    raise TraError(e.op, f"the result has {o.get('floats')} floats, more than the service returns "
-                                         f"(10,000); run it with tra.connect_local(path to tra)")
-                values.append(_shape_result(e, np.vectorize(_float, otypes=[float])(np.asarray(o["data"],
-                                                                                               dtype=object))))
+                o = answer.get("outputs", {}).get(name, {})
+                if "npy" not in o:
+                    raise TraError("tra", f"the service at {self.url} answered output {name} without `npy` "
+                                          f"(keys: {sorted(o)}): it does not return .npy results; upgrade "
+                                          f"tra serve, or use tra.connect_local(path to tra)")
+                try:
+                    value = np.load(io.BytesIO(base64.b64decode(o["npy"], validate=True)), allow_pickle=False)
+                except ValueError as err:
+                    raise TraError("tra", f"the service's .npy for output {name} does not load: {err}") from None
+                values.append(_shape_result(e, value))
             return values
         with tempfile.TemporaryDirectory() as d:
             path = os.path.join(d, "program.json")
@@ -144,7 +184,7 @@ class Session:
                 json.dump(prog, f)
             args = ["run", "--format", "json", "--no-progress", path]
             for n, a in data.items():
-                np.save(os.path.join(d, f"{n}.npy"), a)
+                np.save(os.path.join(d, f"{n}.npy"), np.asarray(a, dtype=wire, order="C"), allow_pickle=False)
                 args += ["--input", f"{n}={os.path.join(d, n + '.npy')}"]
             for n in dict.fromkeys(outs):
                 args += ["--output", f"{n}={os.path.join(d, 'out-' + n + '.npy')}"]
@@ -152,13 +192,19 @@ class Session:
             return [_shape_result(e, np.load(os.path.join(d, f"out-{n}.npy"))) for e, n in zip(exprs, outs)]
 
 
-def _service_error(body: bytes, builder: Builder, fallback: str) -> TraError:
+def _service_error(body: bytes, builder: Builder, fallback: str, url: Optional[str] = None) -> TraError:
     try:
         err = json.loads(body)["error"]
     except (ValueError, KeyError, TypeError):
         return TraError("tra", f"{fallback}: {body[:500]!r}")
     at = str(err.get("at") or "")
-    node = at.split(".")[0]
+    if err.get("code") == "bad_field" and at == "return":
+        # A service from before .npy answers refuses the field by name.
+        return TraError("tra", f"the service at {url} is too old for this client: it does not know `return` "
+                               f"(results as .npy); upgrade tra serve, or use tra.connect_local(path to tra) "
+                               f"[{err.get('message')}]")
+    parts = at.split(".")
+    node = parts[1] if parts[0] == "data" and len(parts) > 1 else parts[0]  # data.INPUT names the input
     op = builder.origin.get(node, "tra")
     return TraError(op, f"{err.get('message')} [{err.get('code')} at {at or 'the program'}]")
 
