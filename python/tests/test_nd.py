@@ -185,6 +185,22 @@ def test_reductions_over_blocked_axes():
     close(tra.log_softmax(x, axis=0).compute(), a - a.max(0) - np.log(np.exp(a - a.max(0)).sum(0)), "log_softmax")
 
 
+def test_diagonals_and_arg_extremes():
+    rng = np.random.default_rng(12)
+    a = rng.standard_normal((6, 6, 4))
+    x = tra.array(a, block=(2, 3, 2))  # the two axes of `i` cut differently: re-blocked
+    for spec in ("iik->ik", "iik->ki", "iik->", "iik", "iij,jk->ik"):
+        ops = (a,) if "," not in spec else (a, a[0].T)
+        xs = (x,) if "," not in spec else (x, tra.array(a[0].T, block=2))
+        close(tra.einsum(spec, *xs).compute(), np.einsum(spec, *ops), f"einsum {spec}")
+    b = rng.integers(0, 3, (4, 6, 5)).astype(np.float64)  # many ties: the first index wins
+    y = tra.array(b, block=(2, 3, 5))
+    for axis in (0, 1, 2, None):
+        close(tra.argmax(y, axis=axis).compute(), np.argmax(b, axis=axis), f"argmax over {axis}")
+        close(tra.argmin(y, axis=axis).compute(), np.argmin(b, axis=axis), f"argmin over {axis}")
+    close(tra.argmax(y, axis=1, keepdims=True).compute(), np.argmax(b, axis=1, keepdims=True), "argmax keepdims")
+
+
 def test_dtypes_follow_numpy():
     a32 = np.arange(12, dtype=np.float32).reshape(3, 4) - 5
     x = tra.array(a32, block=(3, 2))

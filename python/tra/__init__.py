@@ -26,6 +26,8 @@ from .expr import (
     add,
     amax,
     amin,
+    argmax,
+    argmin,
     array,
     astype,
     broadcast_to,

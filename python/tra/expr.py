@@ -1195,6 +1195,33 @@ def logsumexp(x: Any, axis: Any = None, keepdims: bool = False) -> Expr:
     return out if keepdims else squeeze(out, _norm_axes("logsumexp", x, axis))
 
 
+def _arg_extreme(op: str, x: Any, axis: Optional[int], keepdims: bool) -> Expr:
+    x = _lift(x, op)
+    if axis is None:
+        x, axis = reshape(x, (-1,)), 0
+    ax = _norm_axes(op, x, axis)[0]
+    n = x.shape[ax]
+    if n == 0:
+        raise TraError(op, f"attempt to get {op} of an empty axis {ax} (shape {x.shape})")
+    best = _reduce("max" if op == "argmax" else "min", x, ax, True)
+    iota = np.arange(n, dtype=np.float64).reshape([n if i == ax else 1 for i in range(x.ndim)])
+    # The first index where the extreme is reached: the smallest index among the ties.
+    idx = where(equal(x, best), array(iota), float(n))
+    return astype(_reduce("min", idx, ax, keepdims), np.int64)
+
+
+def argmax(x: Any, axis: Optional[int] = None, keepdims: bool = False) -> Expr:
+    """The index of the maximum along `axis` (of the flattened array when
+    None), the first among ties, as numpy's ``argmax``; a NaN loses to a
+    number (numpy returns the first NaN)."""
+    return _arg_extreme("argmax", x, axis, keepdims)
+
+
+def argmin(x: Any, axis: Optional[int] = None, keepdims: bool = False) -> Expr:
+    """The index of the minimum along `axis`, as numpy's ``argmin`` (a NaN loses)."""
+    return _arg_extreme("argmin", x, axis, keepdims)
+
+
 def one_hot(labels: Any, n: int, dtype: Any = np.float32) -> Expr:
     """1 where the last axis equals the label, else 0 (labels outside [0, n)
     give all-zero rows), as ``jax.nn.one_hot``."""
@@ -1238,11 +1265,34 @@ def _einsum_one(op: str, x: Expr, la: str, out: str) -> Expr:
     return transpose(y, [kept.index(ch) for ch in out]) if kept != out else y
 
 
+def _diagonal(op: str, x: Expr, letters: str) -> Tuple[Expr, str]:
+    """`x` with every repeated letter taken once (its diagonal): the axes of
+    one letter are cut alike, the tuples whose keys agree on them kept
+    (a filter), the block diagonal taken (``einSum``), the key dims kept once."""
+    first: Dict[str, int] = {}
+    for t, ch in enumerate(letters):
+        if ch in first:
+            x = _match_blocks(x, [t], [x.block[first[ch]]])
+        else:
+            first[ch] = t
+    kept = "".join(first)
+    pred = " && ".join(f"k{first[ch]} == k{t}" for t, ch in enumerate(letters) if first[ch] != t)
+    src = x
+    keys = _key([f"k{first[ch]}" for ch in kept])
+
+    def emit(b: Builder) -> str:
+        f = b.node(op, {"op": "filter", "input": b.name_of(src), "predicate": pred})
+        return b.transform(op, b.rekey(op, f, keys), f"einSum({letters}_{kept})")
+
+    d = Expr(op, tuple(x.shape[first[ch]] for ch in kept), tuple(x.block[first[ch]] for ch in kept), x.dtype, emit)
+    return d, kept
+
+
 def einsum(spec: str, *operands: Any) -> Expr:
     """Einstein summation as numpy's ``einsum`` (``'bij,bjk->bik'``; without
     ``->`` the output is the letters used once, sorted). Operands of any
     rank; more than two are contracted left to right; a letter repeated
-    within one operand (a diagonal) and ``...`` are not supported."""
+    within one operand takes a diagonal; ``...`` is not supported."""
     op = "einsum"
     text = spec.replace(" ", "")
     if "->" in text:
@@ -1261,8 +1311,6 @@ def einsum(spec: str, *operands: Any) -> Expr:
     for x, letters in zip(xs, parts):
         if len(letters) != x.ndim:
             raise TraError(op, f"'{letters}' names {len(letters)} axes of an operand of shape {x.shape}")
-        if len(set(letters)) != len(letters):
-            raise TraError(op, f"a letter repeated within one operand ('{letters}') is not supported")
         for ch, n in zip(letters, x.shape):
             if ch in sizes and sizes[ch] != n:
                 raise TraError(op, f"index '{ch}' has sizes {sizes[ch]} and {n}")
@@ -1272,6 +1320,9 @@ def einsum(spec: str, *operands: Any) -> Expr:
             raise TraError(op, f"output index '{ch}' appears in no operand")
     if len(set(out)) != len(out):
         raise TraError(op, f"output '{out}' repeats an index")
+    for t, letters in enumerate(parts):
+        if len(set(letters)) != len(letters):
+            xs[t], parts[t] = _diagonal(op, xs[t], letters)
     cur, lcur = xs[0], parts[0]
     if len(xs) == 1:
         return _einsum_one(op, cur, lcur, out)
