@@ -565,6 +565,24 @@ def test_local_run_and_sites():
         tra.connect(_url, sites=3)
 
 
+def test_on_two_processes():
+    """The training steps, the attention and some random programs across two
+    `tra run --processes 2` processes (timely dataflow over loopback); a
+    second call reuses the plan."""
+    two = tra.Session(binary=TRA, processes=2)
+    check(mlp_step, *mlp_args(5), what="mlp step (2 processes)", session=two, record=False)
+    check(attention, *attention_args(5), what="attention (2 processes)", session=two, record=False)
+    check(logreg_step, *logreg_args(5), what="logistic regression step (2 processes)", session=two, record=False)
+    check(logreg_step, *logreg_args(6), what="logistic regression step again (2 processes)", session=two,
+          record=False)
+    assert two.last_report["sites"] == 2, two.last_report["sites"]
+    for seed, f, args, text in list(random_programs())[:8]:
+        try:
+            close(trajax.jit(f, session=two)(*args), jax.jit(f)(*args), f"random program {seed} (2 processes)")
+        except Exception as e:
+            raise AssertionError(f"random program {seed} on 2 processes: {text}: {type(e).__name__}: {e}") from e
+
+
 def test_blocked_arguments():
     check(mlp_step, *mlp_args(4), what="mlp step, blocks of 4", block=4, record=False)
     check(attention, *attention_args(4), what="attention, blocks of 8", block=8, record=False)

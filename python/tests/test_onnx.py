@@ -338,7 +338,8 @@ def test_program_is_tra_json():
 
 
 def test_local_run_subset():
-    """Some conformance cases and the encoder block through `tra run`."""
+    """Some conformance cases and the encoder block through `tra run`, the
+    encoder also across two processes (`tra run --processes 2`)."""
     local = tra.connect_local(TRA)
     try:
         rows, failures = conformance(session=local, ops=LOCAL_OPS)
@@ -347,6 +348,7 @@ def test_local_run_subset():
         print(text)
         assert tot["passed"] >= MIN_PASS * tot["float"], text
         check_transformer_block(session=local)
+        check_transformer_block(session=tra.Session(binary=TRA, processes=2))
     finally:
         if _url:
             tra.connect(_url, sites=3)

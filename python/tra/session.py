@@ -77,11 +77,20 @@ class Session:
     """A connection to tra: a service URL, or a local ``tra`` binary."""
 
     def __init__(self, url: Optional[str] = None, binary: Optional[str] = None, sites: Optional[int] = None,
-                 timeout: float = 300.0):
+                 timeout: float = 300.0, processes: Optional[int] = None):
         self.url = None if binary else (url or os.environ.get("TRA_URL") or DEFAULT_URL).rstrip("/")
         self.binary = binary
         self.sites = sites
         self.timeout = timeout
+        #: ``tra run --processes N``: the plan runs across N local processes.
+        self.processes = processes
+        if processes is not None and not binary:
+            raise TraError("connect", "processes= is for tra.connect_local; a service runs where it was "
+                                      "started (tra serve --hosts for a cluster)")
+        #: ``tra run``'s plans by program text: a program run before is not optimized again.
+        self._plans: Dict[str, dict] = {}
+        #: The last answer (service) or report (``tra run``) of :meth:`compute`.
+        self.last_report: Optional[dict] = None
 
     def __repr__(self) -> str:
         where = self.url or f"tra run ({self.binary})"
@@ -165,6 +174,7 @@ class Session:
             body = dict(prog, data={n: _npy_json(a, wire) for n, a in data.items()},
                         **{"return": {"format": "npy", "dtype": "float32" if wire == np.float32 else "float64"}})
             answer = self._post("/v1/execute", body, b)
+            self.last_report = answer
             values = []
             for e, name in zip(exprs, outs):
                 o = answer.get("outputs", {}).get(name, {})
@@ -183,12 +193,23 @@ class Session:
             with open(path, "w") as f:
                 json.dump(prog, f)
             args = ["run", "--format", "json", "--no-progress", path]
+            if self.processes is not None:
+                args += ["--processes", str(int(self.processes))]
+            text = json.dumps(prog, sort_keys=True)
+            plan = self._plans.get(text)
+            if plan is not None:
+                with open(os.path.join(d, "plan.json"), "w") as f:
+                    json.dump(plan, f)
+                args += ["--plan", os.path.join(d, "plan.json")]
             for n, a in data.items():
                 np.save(os.path.join(d, f"{n}.npy"), np.asarray(a, dtype=wire, order="C"), allow_pickle=False)
                 args += ["--input", f"{n}={os.path.join(d, n + '.npy')}"]
             for n in dict.fromkeys(outs):
                 args += ["--output", f"{n}={os.path.join(d, 'out-' + n + '.npy')}"]
-            self._local(args, b)
+            report = json.loads(self._local(args, b))
+            self.last_report = report
+            if plan is None and isinstance(report.get("plan"), dict):
+                self._plans[text] = report["plan"]
             return [_shape_result(e, np.load(os.path.join(d, f"out-{n}.npy"))) for e, n in zip(exprs, outs)]
 
 
@@ -228,10 +249,12 @@ def connect(url: Optional[str] = None, sites: Optional[int] = None) -> Session:
     return _default
 
 
-def connect_local(binary: str = "tra", sites: Optional[int] = None) -> Session:
-    """Run programs with ``tra run`` (the `binary`) on this machine from now on."""
+def connect_local(binary: str = "tra", sites: Optional[int] = None, processes: Optional[int] = None) -> Session:
+    """Run programs with ``tra run`` (the `binary`) on this machine from now
+    on: on worker threads, or across `processes` local processes (timely
+    dataflow over loopback). A program run before reuses its plan."""
     global _default
-    _default = Session(binary=binary, sites=sites)
+    _default = Session(binary=binary, sites=sites, processes=processes)
     return _default
 
 
