@@ -1,0 +1,77 @@
+#!/usr/bin/env python3
+"""Every Python code block of README.md and python/README.md, run as written
+against a real `tra serve` (the URL they name is this test's server).
+
+    python3 python/tests/test_readme.py [--tra target/debug/tra]
+"""
+
+import argparse
+import contextlib
+import io
+import os
+import re
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import test_frontend as harness  # noqa: E402  (the server harness)
+
+import tra  # noqa: E402
+
+ROOT = harness.ROOT
+DOCS = ["README.md", os.path.join("python", "README.md")]
+
+
+def blocks():
+    for doc in DOCS:
+        text = open(os.path.join(ROOT, doc), encoding="utf-8").read()
+        for i, m in enumerate(re.finditer(r"```python\n(.*?)```", text, re.S)):
+            yield f"{doc} block {i + 1}", m.group(1)
+
+
+def test_every_python_block_runs():
+    url = tra.default_session().url
+    os.environ["TRA_URL"] = url
+    found = 0
+    for where, code in blocks():
+        found += 1
+        cwd = os.getcwd()
+        out = io.StringIO()
+        try:
+            os.chdir(ROOT)
+            with contextlib.redirect_stdout(out):
+                exec(compile(code.replace("http://127.0.0.1:8080", url), where, "exec"), {"__name__": "__readme__"})
+        except Exception as e:
+            raise AssertionError(f"{where}: {type(e).__name__}: {e}\n{code}") from e
+        finally:
+            os.chdir(cwd)
+    assert found >= 6, f"only {found} Python blocks found in {DOCS}"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--tra", default=harness.TRA)
+    harness.TRA = ap.parse_args().tra
+    harness.setup_module()
+    try:
+        test_every_python_block_runs()
+        print("ok   test_every_python_block_runs")
+        print("README Python blocks: 0 failure(s)")
+        return 0
+    except Exception as e:
+        print(f"FAIL test_every_python_block_runs: {e}")
+        print("README Python blocks: 1 failure(s)")
+        return 1
+    finally:
+        harness.teardown_module()
+
+
+def setup_module(module=None):
+    harness.setup_module()
+
+
+def teardown_module(module=None):
+    harness.teardown_module()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
