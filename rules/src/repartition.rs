@@ -345,6 +345,9 @@ mod tests {
         let mut seen = 0;
         for entry in std::fs::read_dir(&dir).unwrap() {
             let path = entry.unwrap().path();
+            if path.extension().is_none_or(|x| x != "json") {
+                continue;
+            }
             let Ok(p) = Program::from_json(&std::fs::read_to_string(&path).unwrap()) else { continue };
             let (a, b) =
                 (optimize(&p, &shared, &Limits::default()).unwrap(), optimize(&p, &apart, &Limits::default()).unwrap());
