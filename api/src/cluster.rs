@@ -424,9 +424,13 @@ pub fn run_cluster_command(args: &RunArgs, cluster: &ClusterArgs) -> Result<Stri
     let (inputs, outputs, dtype) = crate::run::files_and_dtype(&p, args)?;
     let layouts = crate::run::output_layouts(&p, args, &outputs)?;
 
-    let (answer, optimize_ms) = crate::run::optimize_timed(&p, args.strict, &args.bounds)?;
     let choice = crate::run::PlanChoice { plan: cluster.plan.clone(), alternative: cluster.alternative.clone() };
-    let chosen = crate::run::choose_plan(&p, Some(&answer), &choice)?;
+    // A given plan is run as it is: nothing to optimize (as on threads).
+    let (answer, optimize_ms) = match choice.plan {
+        Some(_) => (None, 0.0),
+        None => crate::run::optimize_timed(&p, args.strict, &args.bounds).map(|(a, ms)| (Some(a), ms))?,
+    };
+    let chosen = crate::run::choose_plan(&p, answer.as_ref(), &choice)?;
     let (plan, label, predicted_floats) = (chosen.plan, chosen.label, chosen.network_floats);
     let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
     let threads = match (args.threads, &hosts) {
@@ -483,7 +487,7 @@ pub fn run_cluster_command(args: &RunArgs, cluster: &ClusterArgs) -> Result<Stri
     };
     let job_ms = t_run.elapsed().as_secs_f64() * 1e3;
     let ran = Ran { label, predicted_floats };
-    summary(&p, &answer, &ran, &spec, &job, args, optimize_ms, job_ms, t_start, hosts.as_deref())
+    summary(&p, answer.as_ref(), &ran, &spec, &job, args, optimize_ms, job_ms, t_start, hosts.as_deref())
 }
 
 /// The plan that ran: its label and predicted floats.
@@ -495,7 +499,7 @@ struct Ran {
 #[allow(clippy::too_many_arguments)]
 fn summary(
     p: &Program,
-    answer: &tra_optimizer::optimize::OptimizeAnswer,
+    answer: Option<&tra_optimizer::optimize::OptimizeAnswer>,
     ran: &Ran,
     spec: &JobSpec,
     job: &JobReport,
@@ -532,8 +536,9 @@ fn summary(
         })
         .collect();
     let predicted_total = ran.predicted_floats;
+    // A run of a given plan (`--plan`) has no optimizer answer: no alternatives, no warnings.
     let alternatives: Vec<serde_json::Value> = answer
-        .alternatives
+        .map_or(&[][..], |a| &a.alternatives)
         .iter()
         .map(|a| json!({"label": a.label, "network_floats": a.cost.network_floats, "flops": a.cost.flops}))
         .collect();
@@ -549,7 +554,7 @@ fn summary(
         "gemm": job.gemm,
         "plan": spec.plan.to_sexpr(),
         "strategy": ran.label,
-        "chosen_strategy": answer.alternatives.first().map(|a| a.label.clone()),
+        "chosen_strategy": answer.and_then(|a| a.alternatives.first()).map(|a| a.label.clone()),
         "alternatives": alternatives,
         "network_floats_measured": job.network_floats,
         "network_floats_predicted": predicted_total,
@@ -565,7 +570,7 @@ fn summary(
         },
         "operators": operators,
         "outputs": job.outputs,
-        "warnings": answer.warnings,
+        "warnings": answer.map_or(&[][..], |a| &a.warnings),
     });
     Ok(serde_json::to_string_pretty(&out).expect("JSON"))
 }

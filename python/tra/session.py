@@ -91,6 +91,8 @@ class Session:
         self._plans: Dict[str, dict] = {}
         #: The last answer (service) or report (``tra run``) of :meth:`compute`.
         self.last_report: Optional[dict] = None
+        #: Whether the last local :meth:`compute` found its program's plan chosen before.
+        self.plan_cache_hit = False
 
     def __repr__(self) -> str:
         where = self.url or f"tra run ({self.binary})"
@@ -168,7 +170,9 @@ class Session:
 
     def compute(self, exprs: Sequence[Expr]) -> List[np.ndarray]:
         """Run the program of `exprs` and return their values, in order."""
-        prog, data, outs, b = build_program(exprs, self.sites)
+        # `tra run --processes N` runs on N sites unless told more: plan for those.
+        sites = self.sites if self.sites is not None or self.url else self.processes
+        prog, data, outs, b = build_program(exprs, sites)
         wire = _wire_dtype(data)
         if self.url:
             body = dict(prog, data={n: _npy_json(a, wire) for n, a in data.items()},
@@ -195,12 +199,15 @@ class Session:
             args = ["run", "--format", "json", "--no-progress", path]
             if self.processes is not None:
                 args += ["--processes", str(int(self.processes))]
+            # The plan is chosen once per program text (`tra optimize`), then
+            # given to `tra run --plan`: a program run before is not optimized again.
             text = json.dumps(prog, sort_keys=True)
-            plan = self._plans.get(text)
-            if plan is not None:
-                with open(os.path.join(d, "plan.json"), "w") as f:
-                    json.dump(plan, f)
-                args += ["--plan", os.path.join(d, "plan.json")]
+            self.plan_cache_hit = text in self._plans
+            if not self.plan_cache_hit:
+                self._plans[text] = json.loads(self._local(["optimize", "--format", "json", path], b))["plan"]
+            with open(os.path.join(d, "plan.json"), "w") as f:
+                json.dump(self._plans[text], f)
+            args += ["--plan", os.path.join(d, "plan.json")]
             for n, a in data.items():
                 np.save(os.path.join(d, f"{n}.npy"), np.asarray(a, dtype=wire, order="C"), allow_pickle=False)
                 args += ["--input", f"{n}={os.path.join(d, n + '.npy')}"]
@@ -208,8 +215,6 @@ class Session:
                 args += ["--output", f"{n}={os.path.join(d, 'out-' + n + '.npy')}"]
             report = json.loads(self._local(args, b))
             self.last_report = report
-            if plan is None and isinstance(report.get("plan"), dict):
-                self._plans[text] = report["plan"]
             return [_shape_result(e, np.load(os.path.join(d, f"out-{n}.npy"))) for e, n in zip(exprs, outs)]
 
 
