@@ -15,11 +15,8 @@ A second call with new values must trace nothing and find the plan cached.
 
 import argparse
 import os
-import socket
-import subprocess
 import sys
 import time
-import urllib.request
 
 import jax
 import numpy as np
@@ -30,24 +27,8 @@ sys.path.insert(0, os.path.join(ROOT, "python", "tests"))
 
 import tra  # noqa: E402
 import tra.jax as trajax  # noqa: E402
+import harness  # noqa: E402  (starts tra serve)
 import test_jax as programs  # noqa: E402  (the programs and their arguments)
-
-
-def serve(binary):
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    proc = subprocess.Popen([binary, "serve", "--addr", f"127.0.0.1:{port}"], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    for _ in range(200):
-        try:
-            urllib.request.urlopen(url + "/healthz", timeout=1).read()
-            return proc, url
-        except OSError:
-            time.sleep(0.05)
-    raise RuntimeError("tra serve did not start")
 
 
 def optimize_ms(session):
@@ -89,7 +70,7 @@ def main():
     ap.add_argument("--tra", default=os.path.join(ROOT, "target", "release", "tra"))
     ap.add_argument("--reps", type=int, default=5)
     args = ap.parse_args()
-    proc, url = serve(args.tra)
+    proc, url = harness.serve(args.tra)
     try:
         sessions = [tra.Session(url=url), tra.Session(binary=args.tra), tra.Session(binary=args.tra, processes=2)]
         print("| program | session | equations | translated | 1st call: trace + translate ms | 1st: optimize ms "
@@ -101,8 +82,7 @@ def main():
             for s in sessions:
                 measure(name, f, a(0), a(1), s, args.reps)
     finally:
-        proc.terminate()
-        proc.wait()
+        harness.stop(proc)
 
 
 if __name__ == "__main__":

@@ -15,18 +15,17 @@ Runs with pytest too (each `test_*` function); the server is started once.
 import argparse
 import io
 import os
-import socket
-import subprocess
 import sys
-import time
-import urllib.request
 
 import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402  (the shared server and runner)
 
 import tra
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-TRA = os.environ.get("TRA_BINARY", os.path.join(ROOT, "target", "debug", "tra"))
+TRA = harness.default_binary()
 CASES = int(os.environ.get("TRA_PY_CASES", "60"))
 _server = None
 
@@ -36,30 +35,14 @@ def setup_module(module=None):
     global _server
     if _server is not None:
         return
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    _server = subprocess.Popen([TRA, "serve", "--addr", f"127.0.0.1:{port}"], stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    for _ in range(200):
-        try:
-            urllib.request.urlopen(url + "/healthz", timeout=1).read()
-            break
-        except OSError:
-            time.sleep(0.05)
-    else:
-        raise RuntimeError("tra serve did not start")
+    _server, url = harness.serve(TRA)
     tra.connect(url, sites=3)
 
 
 def teardown_module(module=None):
     global _server
-    if _server is not None:
-        _server.terminate()
-        _server.wait()
-        _server = None
+    harness.stop(_server)
+    _server = None
 
 
 def close(got, want, what):
@@ -260,21 +243,7 @@ def main():
     ap.add_argument("--cases", type=int, default=CASES)
     args = ap.parse_args()
     TRA, CASES = args.tra, args.cases
-    setup_module()
-    failures = 0
-    try:
-        for name, fn in sorted(globals().items()):
-            if name.startswith("test_") and callable(fn):
-                try:
-                    fn()
-                    print(f"ok   {name}")
-                except Exception as e:  # report every test, then fail
-                    failures += 1
-                    print(f"FAIL {name}: {type(e).__name__}: {e}")
-    finally:
-        teardown_module()
-    print(f"python front-end: {failures} failure(s)")
-    return 1 if failures else 0
+    return harness.run_tests(globals(), "python front-end", setup_module, teardown_module)
 
 
 if __name__ == "__main__":

@@ -18,13 +18,14 @@ Runs with pytest too (each `test_*` function); the server is started once.
 import argparse
 import math
 import os
-import socket
 import subprocess
 import sys
 import time
-import urllib.request
 
 import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402  (the shared server and runner)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 try:
@@ -39,13 +40,7 @@ import jax.numpy as jnp
 import tra.jax as trajax
 
 
-def _default_binary():
-    debug = os.path.join(ROOT, "target", "debug", "tra")
-    release = os.path.join(ROOT, "target", "release", "tra")
-    return debug if os.path.exists(debug) or not os.path.exists(release) else release
-
-
-TRA = os.environ.get("TRA_BINARY") or _default_binary()
+TRA = harness.default_binary()
 CASES = int(os.environ.get("TRA_JAX_CASES", "40"))
 RTOL, ATOL = 1e-4, 1e-5
 _server = None
@@ -58,30 +53,15 @@ def setup_module(module=None):
     global _server, _url
     if _server is not None:
         return
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    _server = subprocess.Popen([TRA, "serve", "--addr", f"127.0.0.1:{port}"], stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL)
-    _url = f"http://127.0.0.1:{port}"
-    for _ in range(200):
-        try:
-            urllib.request.urlopen(_url + "/healthz", timeout=1).read()
-            break
-        except OSError:
-            time.sleep(0.05)
-    else:
-        raise RuntimeError("tra serve did not start")
-    tra.connect(_url, sites=3)
+    _server, url = harness.serve(TRA)
+    _url = url
+    tra.connect(url, sites=3)
 
 
 def teardown_module(module=None):
     global _server
-    if _server is not None:
-        _server.terminate()
-        _server.wait()
-        _server = None
+    harness.stop(_server)
+    _server = None
 
 
 # ------------------------------------------------------------------ helpers
@@ -705,23 +685,9 @@ def main():
     ap.add_argument("-k", default="", help="run only the tests whose name contains this")
     args = ap.parse_args()
     TRA, CASES = args.tra, args.cases
-    setup_module()
-    failures = 0
-    try:
-        for name, fn in sorted(globals().items()):
-            if name.startswith("test_") and callable(fn) and args.k in name:
-                t0 = time.perf_counter()
-                try:
-                    fn()
-                    print(f"ok   {name} ({time.perf_counter() - t0:.1f} s)")
-                except Exception as e:  # report every test, then fail
-                    failures += 1
-                    print(f"FAIL {name}: {type(e).__name__}: {e}")
-    finally:
-        teardown_module()
+    status = harness.run_tests(globals(), "tra.jax", setup_module, teardown_module, only=args.k)
     report()
-    print(f"tra.jax: {failures} failure(s)")
-    return 1 if failures else 0
+    return status
 
 
 if __name__ == "__main__":

@@ -22,17 +22,18 @@ import numpy as np
 import tra
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import test_frontend as harness  # noqa: E402  (the server harness)
+import harness  # noqa: E402  (the shared runner)
+import test_frontend as frontend  # noqa: E402  (its server)
 
 CASES = int(os.environ.get("TRA_PY_CASES", "60"))
 
 
 def setup_module(module=None):
-    harness.setup_module()
+    frontend.setup_module()
 
 
 def teardown_module(module=None):
-    harness.teardown_module()
+    frontend.teardown_module()
 
 
 def close(got, want, what, rtol=1e-9, atol=1e-9):
@@ -248,25 +249,11 @@ def test_errors_name_the_axis_and_operation():
 def main():
     global CASES
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--tra", default=harness.TRA)
+    ap.add_argument("--tra", default=frontend.TRA)
     ap.add_argument("--cases", type=int, default=CASES)
     args = ap.parse_args()
-    harness.TRA, CASES = args.tra, args.cases
-    setup_module()
-    failures = 0
-    try:
-        for name, fn in sorted(globals().items()):
-            if name.startswith("test_") and callable(fn):
-                try:
-                    fn()
-                    print(f"ok   {name}")
-                except Exception as e:  # report every test, then fail
-                    failures += 1
-                    print(f"FAIL {name}: {type(e).__name__}: {e}")
-    finally:
-        teardown_module()
-    print(f"N-d front-end: {failures} failure(s)")
-    return 1 if failures else 0
+    frontend.TRA, CASES = args.tra, args.cases
+    return harness.run_tests(globals(), "N-d front-end", setup_module, teardown_module)
 
 
 if __name__ == "__main__":

@@ -19,14 +19,14 @@ Runs with pytest too (each `test_*` function); the server is started once.
 import argparse
 import collections
 import os
-import socket
 import subprocess
 import sys
-import time
-import urllib.request
 import warnings
 
 import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402  (the shared server and runner)
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -43,7 +43,7 @@ import onnx  # noqa: E402
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-TRA = os.environ.get("TRA_BINARY", os.path.join(ROOT, "target", "debug", "tra"))
+TRA = harness.default_binary()
 REPORT = os.path.join(ROOT, "target", "onnx-conformance.md")
 RTOL, ATOL = 1e-3, 1e-6
 MIN_PASS = 0.90
@@ -58,30 +58,15 @@ def setup_module(module=None):
     global _server, _url
     if _server is not None:
         return
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    _server = subprocess.Popen([TRA, "serve", "--addr", f"127.0.0.1:{port}"], stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL)
-    _url = f"http://127.0.0.1:{port}"
-    for _ in range(200):
-        try:
-            urllib.request.urlopen(_url + "/healthz", timeout=1).read()
-            break
-        except OSError:
-            time.sleep(0.05)
-    else:
-        raise RuntimeError("tra serve did not start")
-    tra.connect(_url, sites=3)
+    _server, url = harness.serve(TRA)
+    _url = url
+    tra.connect(url, sites=3)
 
 
 def teardown_module(module=None):
     global _server
-    if _server is not None:
-        _server.terminate()
-        _server.wait()
-        _server = None
+    harness.stop(_server)
+    _server = None
 
 
 # ------------------------------------------------------------ conformance
@@ -473,21 +458,7 @@ def main():
     ap.add_argument("--tra", default=TRA)
     args = ap.parse_args()
     TRA = args.tra
-    setup_module()
-    failures = 0
-    try:
-        for name, fn in list(globals().items()):
-            if name.startswith("test_") and callable(fn):
-                try:
-                    fn()
-                    print(f"ok   {name}")
-                except Exception as e:  # report every test, then fail
-                    failures += 1
-                    print(f"FAIL {name}: {type(e).__name__}: {e}")
-    finally:
-        teardown_module()
-    print(f"tra.onnx: {failures} failure(s)")
-    return 1 if failures else 0
+    return harness.run_tests(globals(), "tra.onnx", setup_module, teardown_module)
 
 
 if __name__ == "__main__":

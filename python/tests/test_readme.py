@@ -13,7 +13,8 @@ import re
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import test_frontend as harness  # noqa: E402  (the server harness)
+import harness  # noqa: E402  (the shared runner)
+import test_frontend as frontend  # noqa: E402  (its server)
 
 import tra  # noqa: E402
 
@@ -47,30 +48,19 @@ def test_every_python_block_runs():
     assert found >= 6, f"only {found} Python blocks found in {DOCS}"
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--tra", default=harness.TRA)
-    harness.TRA = ap.parse_args().tra
-    harness.setup_module()
-    try:
-        test_every_python_block_runs()
-        print("ok   test_every_python_block_runs")
-        print("README Python blocks: 0 failure(s)")
-        return 0
-    except Exception as e:
-        print(f"FAIL test_every_python_block_runs: {e}")
-        print("README Python blocks: 1 failure(s)")
-        return 1
-    finally:
-        harness.teardown_module()
-
-
 def setup_module(module=None):
-    harness.setup_module()
+    frontend.setup_module()
 
 
 def teardown_module(module=None):
-    harness.teardown_module()
+    frontend.teardown_module()
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--tra", default=frontend.TRA)
+    frontend.TRA = ap.parse_args().tra
+    return harness.run_tests(globals(), "README Python blocks", setup_module, teardown_module)
 
 
 if __name__ == "__main__":

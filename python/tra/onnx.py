@@ -238,19 +238,13 @@ def _gemm(n: _Node, a: Any, b: Any, c: Any = None) -> Any:
     return ns.add(y, c if beta == 1.0 else ns.multiply(c, beta))
 
 
-@_op("Add", numbers=True)
-def _add(n: _Node, a: Any, b: Any) -> Any:
-    return n.ns.add(a, b)
+def _namespace_op(onnx_name: str, fname: str, numbers: bool = False) -> None:
+    """An operator that is one namespace function of its inputs."""
+    _op(onnx_name, numbers=numbers)(lambda n, *xs: getattr(n.ns, fname)(*xs))
 
 
-@_op("Sub", numbers=True)
-def _sub(n: _Node, a: Any, b: Any) -> Any:
-    return n.ns.subtract(a, b)
-
-
-@_op("Mul", numbers=True)
-def _mul(n: _Node, a: Any, b: Any) -> Any:
-    return n.ns.multiply(a, b)
+for _name, _fname in (("Add", "add"), ("Sub", "subtract"), ("Mul", "multiply")):
+    _namespace_op(_name, _fname, numbers=True)
 
 
 @_op("Div", numbers=True)
@@ -267,49 +261,9 @@ def _pow(n: _Node, a: Any, b: Any) -> Any:
     return n.ns.astype(y, want) if want is not None and np.dtype(y.dtype) != np.dtype(want) else y
 
 
-@_op("Relu")
-def _relu(n: _Node, x: Any) -> Any:
-    return n.ns.relu(x)
-
-
-@_op("Sigmoid")
-def _sigmoid(n: _Node, x: Any) -> Any:
-    return n.ns.sigmoid(x)
-
-
-@_op("Tanh")
-def _tanh(n: _Node, x: Any) -> Any:
-    return n.ns.tanh(x)
-
-
-@_op("Exp")
-def _exp(n: _Node, x: Any) -> Any:
-    return n.ns.exp(x)
-
-
-@_op("Log")
-def _log(n: _Node, x: Any) -> Any:
-    return n.ns.log(x)
-
-
-@_op("Sqrt")
-def _sqrt(n: _Node, x: Any) -> Any:
-    return n.ns.sqrt(x)
-
-
-@_op("Abs")
-def _abs(n: _Node, x: Any) -> Any:
-    return n.ns.abs(x)
-
-
-@_op("Neg")
-def _neg(n: _Node, x: Any) -> Any:
-    return n.ns.negative(x)
-
-
-@_op("Reciprocal")
-def _reciprocal(n: _Node, x: Any) -> Any:
-    return n.ns.reciprocal(x)
+for _name, _fname in (("Relu", "relu"), ("Sigmoid", "sigmoid"), ("Tanh", "tanh"), ("Exp", "exp"), ("Log", "log"),
+                      ("Sqrt", "sqrt"), ("Abs", "abs"), ("Neg", "negative"), ("Reciprocal", "reciprocal")):
+    _namespace_op(_name, _fname)
 
 
 def _softmax_like(n: _Node, x: Any, fn: Callable[[Any, int], Any]) -> Any:
