@@ -15,6 +15,7 @@ Runs with pytest too (each `test_*` function); the server is started once.
 import argparse
 import io
 import os
+import re
 import sys
 
 import numpy as np
@@ -229,6 +230,15 @@ def test_explain_and_local_run():
     out = io.StringIO()
     answer = tra.softmax(x, axis=1).explain(file=out)
     assert "chosen plan:" in out.getvalue() and answer["alternatives"], out.getvalue()
+    # Plans name inputs and intermediates by the caller's variables, else by operation and shape.
+    queries = tra.array(np.random.default_rng(4).standard_normal((32, 8)), block=(8, 8))
+    scores = queries @ queries.T
+    out = io.StringIO()
+    tra.softmax(scores, axis=1).explain(file=out)
+    prog = tra.program(tra.softmax(scores, axis=1))
+    assert list(prog["inputs"]) == ["queries"] and "scores" in prog["nodes"], (prog["inputs"], list(prog["nodes"]))
+    assert all(re.fullmatch(r"[a-z_]+_(\d+x)*\d+(_\d+)?|scores", n) for n in prog["nodes"]), list(prog["nodes"])
+    assert "queries" in out.getvalue() and "in0" not in out.getvalue(), out.getvalue()
     local = tra.Session(binary=TRA, sites=2)
     big = tra.array(np.random.default_rng(5).standard_normal((120, 100)), block=(30, 50))
     got = local.compute([big @ big.T])[0]

@@ -43,7 +43,9 @@ import builtins
 import json
 import math
 import numbers
+import os
 import re
+import sys
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -63,7 +65,11 @@ class TraError(Exception):
 class Builder:
     """Collects the TRA nodes, inputs and input data of some expressions."""
 
-    def __init__(self) -> None:
+    def __init__(self, names: Optional[Dict[int, str]] = None) -> None:
+        #: id(expression) -> the user's variable name for it (see :func:`user_names`).
+        self.names = names or {}
+        self._emitting: List["Expr"] = []
+        self._used: set = set()
         self.inputs: Dict[str, dict] = {}
         self.data: Dict[str, np.ndarray] = {}
         self.nodes: Dict[str, dict] = {}
@@ -80,13 +86,54 @@ class Builder:
         key = id(e)
         if key not in self._by_expr:
             self._keep.append(e)  # ids stay unique while the builder lives
-            self._by_expr[key] = e._emit(self)
+            nodes, inputs = len(self.nodes), len(self.inputs)
+            self._emitting.append(e)
+            try:
+                name = e._emit(self)
+            finally:
+                self._emitting.pop()
+            if key in self.names:
+                name = self._rename(name, self.names[key], nodes, inputs)
+            self._by_expr[key] = name
         return self._by_expr[key]
+
+    def _fresh(self, base: str) -> str:
+        """`base`, or `base_2`, `base_3`, … if taken."""
+        name, i = base, 1
+        while name in self._used:
+            i += 1
+            name = f"{base}_{i}"
+        self._used.add(name)
+        return name
+
+    def _default_name(self, op: str) -> str:
+        """An unnamed node: its operation and the shape of the expression being built (`max_256x1`)."""
+        shape = self._emitting[-1].shape if self._emitting else ()
+        return self._fresh(f"{re.sub(r'[^A-Za-z0-9_]', '', op)}_{'x'.join(map(str, shape)) or 'scalar'}")
+
+    def _rename(self, name: str, user: str, nodes: int, inputs: int) -> str:
+        """The node or input `name`, just made for an expression the user
+        named `user`, renamed so plans and labels say `user`; a node made
+        earlier (shared) keeps its name."""
+        if name in self.inputs and len(self.inputs) > inputs and list(self.inputs)[-1] == name:
+            new = self._fresh(user)
+            self.inputs = {new if k == name else k: v for k, v in self.inputs.items()}
+            if name in self.data:
+                self.data = {new if k == name else k: v for k, v in self.data.items()}
+            self.unfed = [new if k == name else k for k in self.unfed]
+        elif name in self.nodes and len(self.nodes) > nodes and list(self.nodes)[-1] == name:
+            new = self._fresh(user)
+            self.nodes = {new if k == name else k: v for k, v in self.nodes.items()}
+            self._by_spec = {k: (new if v == name else v) for k, v in self._by_spec.items()}
+        else:
+            return name
+        self.origin[new] = self.origin.pop(name)
+        return new
 
     def leaf(self, e: "Expr", partition: Optional[int]) -> str:
         """The input of a leaf expression (an array, a constant or a placeholder)."""
         data = e._data
-        name = f"in{len(self.inputs)}"
+        name = self._default_name("input")
         decl: dict = {"key_bounds": list(e.grid), "array_bounds": list(e.block)}
         if partition is not None:
             decl["placement"] = {"hash": [partition]}
@@ -108,7 +155,7 @@ class Builder:
         canon = json.dumps(spec, sort_keys=True)
         if canon in self._by_spec:
             return self._by_spec[canon]
-        name = f"{re.sub(r'[^A-Za-z0-9]', '', op)}{len(self.nodes)}"
+        name = self._default_name(op)
         self.nodes[name] = spec
         self.origin[name] = op
         self._by_spec[canon] = name
@@ -1419,6 +1466,23 @@ def stack(xs: Sequence[Any], axis: int = 0) -> Expr:
 
 
 # ----------------------------------------------------------------- compute
+def user_names() -> Dict[int, str]:
+    """The variable names the caller's code gives expressions (id -> name):
+    the locals and globals of the first frame outside this package, so that
+    plans say `scores exchanged` rather than a generated name."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    f = sys._getframe(1)
+    while f is not None and os.path.dirname(os.path.abspath(f.f_code.co_filename)) == here:
+        f = f.f_back
+    names: Dict[int, str] = {}
+    if f is not None:
+        for scope in (f.f_globals, f.f_locals):  # a local wins over a global of the same value
+            for k, v in list(scope.items()):
+                if isinstance(v, Expr) and re.fullmatch(r"[A-Za-z][A-Za-z0-9_]{0,40}", k):
+                    names[id(v)] = k
+    return names
+
+
 def program(*exprs: Expr, sites: Optional[int] = None) -> dict:
     """The one TRA program computing all of `exprs` (outputs in order; a
     placeholder needs no value to be part of it)."""

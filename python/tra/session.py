@@ -27,7 +27,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from .expr import Builder, Expr, TraError
+from .expr import Builder, Expr, TraError, user_names
 
 DEFAULT_URL = "http://127.0.0.1:8080"
 
@@ -36,7 +36,7 @@ def build_program(exprs: Sequence[Expr], sites: Optional[int]) -> Tuple[dict, Di
                                                                        Builder]:
     """The TRA program of `exprs` (outputs in order), its input data, the
     output node names and the builder (for error attribution)."""
-    b = Builder()
+    b = Builder(user_names())
     outs = [b.name_of(e) for e in exprs]
     # An output that is an input as given gets an identity node (tra outputs nodes).
     for i, name in enumerate(outs):
