@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Every Python code block of README.md and python/README.md, run as written
-against a real `tra serve` (the URL they name is this test's server).
+against a real `tra serve` (the URL they name is this test's server), and
+README's "numpy in, numpy out" shell block with this build's `tra` on the PATH.
 
     python3 python/tests/test_readme.py [--tra target/debug/tra]
 """
@@ -10,7 +11,9 @@ import contextlib
 import io
 import os
 import re
+import subprocess
 import sys
+import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402  (the shared runner)
@@ -46,6 +49,16 @@ def test_every_python_block_runs():
         finally:
             os.chdir(cwd)
     assert found >= 6, f"only {found} Python blocks found in {DOCS}"
+
+
+def test_numpy_in_numpy_out_shell_block():
+    text = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
+    block = re.search(r"\*\*numpy in, numpy out\.\*\*.*?```\n(.*?)```", text, re.S).group(1)
+    env = dict(os.environ, PATH=os.path.dirname(os.path.abspath(frontend.TRA)) + os.pathsep + os.environ["PATH"])
+    with tempfile.TemporaryDirectory() as d:
+        r = subprocess.run(["bash", "-e", "-c", block], cwd=d, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, f"exit {r.returncode}: {r.stderr}"
+    assert r.stdout.strip().endswith("(200, 200) True"), r.stdout
 
 
 def setup_module(module=None):
