@@ -155,8 +155,11 @@ pub struct Calibration {
     /// Per-site GEMM rates of the best run, flops per second.
     pub site_flops_per_second: Vec<f64>,
     /// The GEMM that rate was measured with (process 0's: OpenBLAS or the
-    /// built-in one, `TRA_GEMM`).
+    /// built-in one, `TRA_GEMM`), one short line.
     pub gemm: String,
+    /// The same in full (the library and its build, or each library tried
+    /// and why it was not taken; `docs/gemm.md`).
+    pub gemm_detail: String,
     /// Per-site memory rates of the best run (a `matAdd` aggregation), bytes
     /// per second.
     pub memory_bytes_per_second: Vec<f64>,
@@ -315,8 +318,9 @@ impl Drop for Files {
 struct Runner<'a> {
     target: &'a Target,
     files: Files,
-    /// The GEMM of the last job's process 0.
+    /// The GEMM of the last job's process 0, and in full.
     gemm: String,
+    gemm_detail: String,
     /// The machines' processor time over the jobs.
     watch: Watch,
     /// The kernel threads of each job process (the last job's).
@@ -416,6 +420,7 @@ impl Runner<'_> {
         }
         .map_err(|e| format!("calibration run failed: {e}"))?;
         self.gemm.clone_from(&r.gemm);
+        self.gemm_detail.clone_from(&r.gemm_detail);
         self.threads = r.threads;
         let hosts: Vec<String> = match self.target {
             Target::Local { .. } => Vec::new(),
@@ -468,6 +473,7 @@ pub fn calibrate(args: &CalibrateArgs) -> Result<Calibration, String> {
         target: &target,
         files: Files { dir, made: Vec::new(), remove_dir },
         gemm: String::new(),
+        gemm_detail: String::new(),
         watch: Watch::default(),
         threads: 0,
     };
@@ -489,7 +495,8 @@ pub fn calibrate(args: &CalibrateArgs) -> Result<Calibration, String> {
         "outputs": ["D"]}))?;
     let best_rates = runner.site_rates_timed_at(&gemm, "C", "D", reps, |l| l.flops)?;
     let site_flops = median(&best_rates);
-    let gemm_backend = runner.gemm.clone();
+    let (gemm_backend, gemm_detail) = (runner.gemm.clone(), runner.gemm_detail.clone());
+    tracing::debug!("GEMM in full: {gemm_detail}");
 
     // Memory: a matAdd aggregation (element-wise: bound by the bytes its
     // calls read and write, not by its flops), 64 MiB of blocks per site in
@@ -668,6 +675,7 @@ pub fn calibrate(args: &CalibrateArgs) -> Result<Calibration, String> {
         profile,
         site_flops_per_second: best_rates,
         gemm: gemm_backend,
+        gemm_detail,
         memory_bytes_per_second: memory_rates,
         output_bytes_per_second: write_rates,
         exchange_latency_seconds: exchange_latency,

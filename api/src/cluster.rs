@@ -140,7 +140,8 @@ pub fn worker_command(args: WorkerArgs) -> Result<(), String> {
     };
     // The GEMM its job processes will use (logged), or the error that it is missing.
     let gemm = tra_executor::threads::kernels::gemm_backend().map_err(|e| format!("worker {process}: {e}"))?;
-    tracing::info!(process, "matrix products: {}", gemm.describe());
+    tracing::info!(process, "GEMM: {}", gemm.describe());
+    tracing::debug!(process, "GEMM in full: {}", gemm.details());
     let hosts = agent::read_hosts(&hosts_file)?;
     let secret = cluster_secret(args.secret_file.as_deref(), &hosts_file)?;
     let dirs = if args.data_dirs.is_empty() {
@@ -552,6 +553,7 @@ fn summary(
         "threads_per_process": spec.threads,
         "dtype": job.dtype,
         "gemm": job.gemm,
+        "gemm_detail": job.gemm_detail,
         "plan": spec.plan.to_sexpr(),
         "strategy": ran.label,
         "chosen_strategy": answer.and_then(|a| a.alternatives.first()).map(|a| a.label.clone()),

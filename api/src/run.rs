@@ -555,6 +555,7 @@ fn run_typed<T: Elem>(c: &Ctx<'_>) -> Result<serde_json::Value, String> {
         "threads": rt.threads(),
         "dtype": T::DTYPE.name(),
         "gemm": run.report.gemm,
+        "gemm_detail": run.report.gemm_detail,
         "plan": plan.to_sexpr(),
         "strategy": c.chosen.label,
         "network_floats_measured": measured,

@@ -605,7 +605,8 @@ pub async fn serve(config: ServerConfig) -> std::io::Result<()> {
     init_tracing();
     // The GEMM of `TRA_GEMM` (logged), or the error that it is missing, before serving.
     let gemm = tra_executor::threads::kernels::gemm_backend().map_err(|e| std::io::Error::other(e.to_string()))?;
-    tracing::info!("matrix products: {}", gemm.describe());
+    tracing::info!("GEMM: {}", gemm.describe());
+    tracing::debug!("GEMM in full: {}", gemm.details());
     let listener = TcpListener::bind(config.addr).await?;
     serve_on(listener, config).await
 }

@@ -188,6 +188,9 @@ pub fn run_summary(v: &Value) -> String {
             100.0 * others
         );
     }
+    if let Some(gemm) = v["gemm"].as_str().filter(|g| !g.is_empty()) {
+        let _ = writeln!(out, "GEMM: {gemm}");
+    }
     outputs(&mut out, &v["outputs"]);
     warnings(&mut out, &v["warnings"]);
     let _ = write!(out, "(--format json: the full report, with every operator's time and floats)");
@@ -352,6 +355,19 @@ mod tests {
         assert_eq!(grouped(999), "999");
         assert_eq!(grouped(1000), "1,000");
         assert_eq!(grouped(64_000_000), "64,000,000");
+    }
+
+    #[test]
+    fn a_run_summary_names_the_gemm_on_one_line() {
+        let report = serde_json::json!({
+            "program": "p.json", "runtime": "threads", "sites": 2, "threads": 2, "dtype": "f32",
+            "gemm": "built-in (OpenBLAS not found)", "gemm_detail": "builtin (the gemm crate; OpenBLAS not used: …)",
+            "network_floats_measured": 0, "network_floats_predicted": 0, "timings_ms": {"total": 1.0},
+        });
+        let text = run_summary(&report);
+        let lines: Vec<&str> = text.lines().filter(|l| l.contains("GEMM")).collect();
+        assert_eq!(lines, ["GEMM: built-in (OpenBLAS not found)"], "{text}");
+        assert!(!text.contains("gemm crate"), "{text}");
     }
 
     #[test]

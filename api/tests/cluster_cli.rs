@@ -784,7 +784,8 @@ fn the_gemm_is_reported_and_a_missing_openblas_is_a_clear_error() {
         let (ok, out, err) = run(&args, &[("TRA_GEMM", "builtin")]);
         assert!(ok, "{err}");
         let v = check_summary(&out);
-        assert!(v["gemm"].as_str().unwrap().starts_with("builtin"), "cluster {cluster}: {out}");
+        assert_eq!(v["gemm"], "built-in (TRA_GEMM=builtin)", "cluster {cluster}: {out}");
+        assert!(v["gemm_detail"].as_str().unwrap().starts_with("builtin"), "cluster {cluster}: {out}");
         // Where OpenBLAS is installed, it runs in `tra`'s processes without
         // the pool of threads it starts of its own when the environment
         // does not say one thread (even where the user's does).
@@ -794,15 +795,21 @@ fn the_gemm_is_reported_and_a_missing_openblas_is_a_clear_error() {
         assert!(ok, "{err}");
         let gemm = check_summary(&out)["gemm"].as_str().unwrap().to_string();
         assert!(!gemm.contains("idle thread"), "cluster {cluster}: {gemm}");
+        // One short line; the full story is `gemm_detail` (docs/gemm.md).
+        assert!(gemm.chars().count() <= 120, "cluster {cluster}: {gemm}");
+        if !require {
+            assert!(!gemm.contains("TRA_GEMM=openblas"), "cluster {cluster}: {gemm}");
+        }
         if require {
-            assert!(gemm.starts_with("openblas"), "cluster {cluster}: {gemm}");
+            assert!(gemm.starts_with("OpenBLAS"), "cluster {cluster}: {gemm}");
             // `auto` takes it too, unless its kernels are its fallback on
             // this processor; then the summary says what to set.
             let (ok, out, err) = run(&args, &[]);
             assert!(ok, "{err}");
             let auto = check_summary(&out)["gemm"].as_str().unwrap().to_string();
-            assert!(auto.starts_with("openblas") || auto.contains("OPENBLAS_CORETYPE="), "cluster {cluster}: {auto}");
-            assert_eq!(auto.starts_with("builtin"), gemm.contains("slow: "), "cluster {cluster}: {auto} / {gemm}");
+            assert!(auto.starts_with("OpenBLAS") || auto.contains("OPENBLAS_CORETYPE="), "cluster {cluster}: {auto}");
+            assert_eq!(auto.starts_with("built-in"), gemm.contains("slow: "), "cluster {cluster}: {auto} / {gemm}");
+            assert!(auto.chars().count() <= 120 && !auto.contains("TRA_GEMM"), "cluster {cluster}: {auto}");
         }
         // OpenBLAS asked for and missing: the run fails naming the library,
         // without a panic.

@@ -12,7 +12,7 @@ use rand_chacha::ChaCha8Rng;
 use std::process::Command;
 use tra_executor::threads::kernels::{
     gemm_backend,
-    gemm_backend::{generic_kernels, VectorLevel, CORETYPE_ENV, OPENBLAS_LIBRARIES},
+    gemm_backend::{generic_kernels, VectorLevel, CORETYPE_ENV, DESCRIBE_MAX_CHARS, OPENBLAS_LIBRARIES},
     matmul_into, matmul_with, GemmBackend, GemmError, GemmRequest, MatMulKind,
 };
 use tra_executor::threads::Elem;
@@ -207,8 +207,10 @@ fn settings_parse_and_a_missing_library_is_named() {
     // Auto falls back to the built-in GEMM; builtin never opens anything.
     let fallback = GemmBackend::select_from(GemmRequest::Auto, &[missing]).unwrap();
     assert_eq!(fallback.name(), "builtin");
-    // `auto` says why it did not take OpenBLAS.
-    assert!(fallback.describe().contains(missing), "{}", fallback.describe());
+    // `auto` says why it did not take OpenBLAS: in short, blaming no
+    // `TRA_GEMM=openblas` it was not given; in full, with the library tried.
+    assert_eq!(fallback.describe(), "built-in (OpenBLAS not found)");
+    assert!(fallback.details().contains(missing) && !fallback.details().contains("TRA_GEMM"), "{}", fallback.details());
     assert_eq!(GemmBackend::select_from(GemmRequest::Builtin, &["libopenblas.so.0"]).unwrap().name(), "builtin");
     // A library without the CBLAS symbols is refused, naming the symbol.
     if let Err(e) = GemmBackend::select_from(GemmRequest::OpenBlas, &["libc.so.6"]) {
@@ -274,6 +276,8 @@ fn serial_openblas_in_this_process() {
     let fallback = GemmBackend::select_from(GemmRequest::Auto, &[serial]).unwrap();
     assert_eq!(fallback.name(), "builtin");
     assert!(fallback.describe().contains("serial"), "{}", fallback.describe());
+    assert!(fallback.describe().chars().count() <= DESCRIBE_MAX_CHARS, "{}", fallback.describe());
+    assert!(fallback.details().contains(serial) && !fallback.details().contains("TRA_GEMM"), "{}", fallback.details());
     // When the soname gives the serial build (here: it is loaded already, as
     // when update-alternatives chose it), the search goes on to the threaded
     // build by its path.
@@ -286,7 +290,8 @@ fn serial_openblas_in_this_process() {
         assert!(soname.contains("serial build"), "{soname}");
         let b = GemmBackend::select(GemmRequest::OpenBlas).unwrap();
         assert_eq!(b.name(), "openblas");
-        assert!(b.describe().contains("openblas-pthread"), "{}", b.describe());
+        assert!(b.details().contains("openblas-pthread"), "{}", b.details());
+        assert!(b.describe().starts_with("OpenBLAS"), "{}", b.describe());
     }
 }
 
@@ -383,7 +388,16 @@ fn gemm_choice_in_this_process() {
     let chosen = gemm_backend().unwrap();
     assert_eq!(chosen.name(), expect);
     let run = run.unwrap();
-    assert!(run.report.gemm.starts_with(&expect), "{}", run.report.gemm);
+    assert!(run.report.gemm_detail.starts_with(&expect), "{}", run.report.gemm_detail);
+    // The report's line is the short one, naming the GEMM that ran.
+    assert_eq!(run.report.gemm, chosen.describe());
+    let named = if expect == "builtin" { "built-in (" } else { "OpenBLAS" };
+    assert!(run.report.gemm.starts_with(named), "{}", run.report.gemm);
+    assert!(run.report.gemm.chars().count() <= DESCRIBE_MAX_CHARS, "{}", run.report.gemm);
+    if std::env::var("TRA_GEMM").map_or(true, |g| !g.eq_ignore_ascii_case("openblas")) {
+        assert!(!run.report.gemm.contains("TRA_GEMM=openblas"), "{}", run.report.gemm);
+        assert!(!run.report.gemm_detail.contains("TRA_GEMM=openblas"), "{}", run.report.gemm_detail);
+    }
     if let Ok(want) = std::env::var("EXPECT_CORE") {
         // OPENBLAS_CORETYPE is taken by a DYNAMIC_ARCH build.
         if config.contains("DYNAMIC_ARCH") {
@@ -393,7 +407,8 @@ fn gemm_choice_in_this_process() {
     match std::env::var(CORETYPE_ENV) {
         Ok(asked) if core.eq_ignore_ascii_case(&asked) => {
             // The user's choice, taken by the library: never judged.
-            assert!(generic.is_none() && !run.report.gemm.contains("slow"), "{}", run.report.gemm);
+            assert!(generic.is_none() && !run.report.gemm_detail.contains("slow"), "{}", run.report.gemm_detail);
+            assert!(!run.report.gemm.contains("slow"), "{}", run.report.gemm);
         }
         _ => {
             // No choice (or a name the library did not take): its kernels
@@ -406,7 +421,13 @@ fn gemm_choice_in_this_process() {
             if let (Some(why), false) = (&generic, matches!(chosen, GemmBackend::Builtin)) {
                 // OpenBLAS asked for, or `auto`'s fallback: the report says
                 // why OpenBLAS is slow here and what to set.
-                assert!(why.contains(CORETYPE_ENV) && run.report.gemm.contains(why.as_str()), "{}", run.report.gemm);
+                assert!(
+                    why.contains(CORETYPE_ENV) && run.report.gemm_detail.contains(why.as_str()),
+                    "{}",
+                    run.report.gemm_detail
+                );
+                // and in short, which OPENBLAS_CORETYPE gives the fast kernels.
+                assert!(run.report.gemm.contains(CORETYPE_ENV), "{}", run.report.gemm);
             }
         }
     }
@@ -453,7 +474,9 @@ fn openblas_pool_in_this_process() {
     // The first load of the process (a second one finds the count set to 1).
     let Some(GemmBackend::OpenBlas(o)) = openblas() else { panic!("OpenBLAS loads in the parent") };
     let pool = o.pool_threads();
-    let described = GemmBackend::OpenBlas(o).describe();
+    let backend = GemmBackend::OpenBlas(o);
+    assert!(backend.describe().chars().count() <= DESCRIBE_MAX_CHARS, "{}", backend.describe());
+    let described = backend.details();
     assert_eq!(pool, expect, "{described}");
     assert_eq!(described.contains("idle thread"), expect > 0, "{described}");
 }

@@ -142,6 +142,10 @@ pub struct JobReport {
     /// ([`GemmBackend::describe`](crate::threads::kernels::GemmBackend::describe)).
     #[serde(default)]
     pub gemm: String,
+    /// The same in full
+    /// ([`GemmBackend::details`](crate::threads::kernels::GemmBackend::details)).
+    #[serde(default)]
+    pub gemm_detail: String,
     /// Wall time of the dataflow on process 0 (connecting, loading, running, gathering).
     pub run_ms: f64,
     /// The longest time a site took to read its inputs.
@@ -343,6 +347,7 @@ fn finish_outputs<T: Elem>(
         workers: run.workers,
         dtype: T::DTYPE.name().to_string(),
         gemm: gemm_backend().map(|b| b.describe()).unwrap_or_else(|e| e.to_string()),
+        gemm_detail: gemm_backend().map(|b| b.details()).unwrap_or_else(|e| e.to_string()),
         run_ms: run.wall_ms,
         load_ms: run.load_ms,
         write_ms,

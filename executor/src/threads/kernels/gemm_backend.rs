@@ -17,6 +17,13 @@
 //! ([`gemm_backend`]), so that a missing library is an error of the run, not a
 //! failure inside a kernel thread.
 //!
+//! **Reports.** [`GemmBackend::describe`] is one short line (at most
+//! [`DESCRIBE_MAX_CHARS`] characters) saying which GEMM runs and why, naming
+//! no setting the user did not make (`built-in (OpenBLAS not found)`);
+//! [`GemmBackend::details`] has the rest (the library's path and build, each
+//! library tried and its loader's message), for `RUST_LOG=debug` logs and the
+//! reports' `gemm_detail`. `docs/gemm.md` explains both to users.
+//!
 //! **Threads.** The runtimes already run one GEMM per kernel thread (over
 //! output blocks, or over row panels of one product), so OpenBLAS must not
 //! start threads of its own: on loading, its thread count is set to one
@@ -287,6 +294,74 @@ const CBLAS_ROW_MAJOR: c_int = 101;
 const CBLAS_NO_TRANS: c_int = 111;
 const CBLAS_TRANS: c_int = 112;
 
+/// Why a library tried for OpenBLAS was not taken, from the least telling
+/// to the most (the order [`OpenBlas::open_all`] keeps the largest of).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Refusal {
+    /// It does not load (absent, as a rule).
+    NotFound,
+    /// It loads but lacks OpenBLAS's CBLAS symbols.
+    NotOpenBlas,
+    /// A serial build of OpenBLAS (see the module's doc).
+    Serial,
+}
+
+/// `s` cut to at most `max` characters (an ellipsis marking the cut), so
+/// that what a library says of itself cannot stretch [`GemmBackend::describe`].
+fn short(s: &str, max: usize) -> String {
+    if s.chars().count() <= max {
+        s.to_string()
+    } else {
+        let mut cut: String = s.chars().take(max.saturating_sub(1)).collect();
+        cut.push('…');
+        cut
+    }
+}
+
+/// [`generic_kernels`]'s finding in a few words: the kernels `core` and the
+/// `OPENBLAS_CORETYPE` that gives the fast ones on a processor of level `cpu`.
+fn generic_short(core: &str, cpu: VectorLevel) -> Option<String> {
+    let suggest = cpu.openblas_core()?;
+    Some(format!("{} kernels here; {CORETYPE_ENV}={suggest} enables its {} ones", short(core, 16), cpu.name()))
+}
+
+/// [`GemmBackend::describe`] of OpenBLAS with this build description
+/// (`openblas_get_config`), kernels, [`generic_short`] and pool.
+fn describe_openblas(config: &str, core: &str, generic_short: Option<&str>, pool_threads: usize) -> String {
+    // `openblas_get_config` starts with "OpenBLAS 0.3.21 …".
+    let mut words = config.split_whitespace();
+    let version = match (words.next(), words.next()) {
+        (Some("OpenBLAS"), Some(v)) => format!("OpenBLAS {}", short(v, 24)),
+        _ => "OpenBLAS".to_string(),
+    };
+    let mut notes = Vec::new();
+    match generic_short {
+        Some(s) => notes.push(format!("slow: runs its {s}")),
+        None if !core.trim().is_empty() => notes.push(format!("{} kernels", short(core.trim(), 20))),
+        None => {}
+    }
+    let line = |notes: &[String]| {
+        if notes.is_empty() {
+            version.clone()
+        } else {
+            format!("{version} ({})", notes.join("; "))
+        }
+    };
+    let without_pool = line(&notes);
+    if pool_threads > 0 {
+        let s = if pool_threads == 1 { "" } else { "s" };
+        notes.push(format!("{pool_threads} idle thread{s} of its own"));
+        let with_pool = line(&notes);
+        if with_pool.chars().count() <= DESCRIBE_MAX_CHARS {
+            return with_pool;
+        }
+    }
+    short(&without_pool, DESCRIBE_MAX_CHARS)
+}
+
+/// The longest line [`GemmBackend::describe`] gives.
+pub const DESCRIBE_MAX_CHARS: usize = 120;
+
 /// OpenBLAS, loaded and set to one thread per call.
 pub struct OpenBlas {
     sgemm: CblasGemm<f32>,
@@ -299,6 +374,9 @@ pub struct OpenBlas {
     /// ([`generic_kernels`]; `None` when they are not, or when
     /// [`CORETYPE_ENV`] chose them).
     generic: Option<String>,
+    /// [`OpenBlas::generic`] in a few words (the kernels and the
+    /// `OPENBLAS_CORETYPE` that gives the fast ones).
+    generic_short: Option<String>,
     /// Threads of its own OpenBLAS started when it was loaded.
     pool_threads: usize,
     /// Keeps the library mapped for as long as the function pointers live.
@@ -339,26 +417,39 @@ impl OpenBlas {
     /// Open the first of `libraries` that loads and has the CBLAS GEMMs,
     /// and set it to run every call on the caller's thread.
     pub fn open(libraries: &[&str]) -> Result<OpenBlas, GemmError> {
+        OpenBlas::open_all(libraries).map_err(|(_, e)| e)
+    }
+
+    /// [`OpenBlas::open`], with the most telling refusal among the
+    /// libraries tried (a serial build found says more than a name absent).
+    fn open_all(libraries: &[&str]) -> Result<OpenBlas, (Refusal, GemmError)> {
         let mut reasons = Vec::new();
+        let mut worst = Refusal::NotFound;
         for &name in libraries {
             match OpenBlas::open_one(name) {
                 Ok(o) => return Ok(o),
-                Err(e) => reasons.push(e),
+                Err((refusal, e)) => {
+                    worst = worst.max(refusal);
+                    reasons.push(e);
+                }
             }
         }
         let reason = if reasons.is_empty() { String::from("no library to try") } else { reasons.join("; ") };
-        Err(GemmError::OpenBlasUnavailable { tried: libraries.join(", "), reason })
+        Err((worst, GemmError::OpenBlasUnavailable { tried: libraries.join(", "), reason }))
     }
 
-    fn open_one(name: &str) -> Result<OpenBlas, String> {
+    fn open_one(name: &str) -> Result<OpenBlas, (Refusal, String)> {
         // SAFETY: loading OpenBLAS runs its initialisers, which only set up
         // its own state (and, in threaded builds, its idle thread pool).
-        let lib = unsafe { libloading::Library::new(name) }.map_err(|e| format!("{name}: {}", with_sources(&e)))?;
+        let lib = unsafe { libloading::Library::new(name) }
+            .map_err(|e| (Refusal::NotFound, format!("{name}: {}", with_sources(&e))))?;
         // SAFETY: the symbols have these C signatures in every OpenBLAS
         // (cblas.h; `blasint` is `int` in the LP64 builds this soname names).
         unsafe {
             let missing = |symbol: &'static str| {
-                move |e: libloading::Error| format!("{name} has no `{symbol}` (not OpenBLAS?): {}", with_sources(&e))
+                move |e: libloading::Error| {
+                    (Refusal::NotOpenBlas, format!("{name} has no `{symbol}` (not OpenBLAS?): {}", with_sources(&e)))
+                }
             };
             let sgemm = *lib.get::<CblasGemm<f32>>(b"cblas_sgemm\0").map_err(missing("cblas_sgemm"))?;
             let dgemm = *lib.get::<CblasGemm<f64>>(b"cblas_dgemm\0").map_err(missing("cblas_dgemm"))?;
@@ -370,10 +461,13 @@ impl OpenBlas {
             // kernel threads could share its buffers. Refused.
             if let Ok(parallel) = lib.get::<unsafe extern "C" fn() -> c_int>(b"openblas_get_parallel\0") {
                 if parallel() == 0 {
-                    return Err(format!(
-                        "{name} is a serial build of OpenBLAS (openblas_get_parallel() = 0), not safe to call from \
-                         several threads at once unless built with USE_LOCKING=1, which it does not report; install \
-                         the threaded build (Debian: libopenblas0-pthread)"
+                    return Err((
+                        Refusal::Serial,
+                        format!(
+                            "{name} is a serial build of OpenBLAS (openblas_get_parallel() = 0), not safe to call \
+                             from several threads at once unless built with USE_LOCKING=1, which it does not report; \
+                             install the threaded build (Debian: libopenblas0-pthread)"
+                        ),
                     ));
                 }
             }
@@ -387,9 +481,21 @@ impl OpenBlas {
             let config = described(&lib, b"openblas_get_config\0");
             let core = described(&lib, b"openblas_get_corename\0");
             let asked = std::env::var(CORETYPE_ENV).ok();
-            let generic = generic_kernels(&core, asked.as_deref(), VectorLevel::of_this_processor())
-                .map(|why| format!("{name}: {why}"));
-            Ok(OpenBlas { sgemm, dgemm, library: name.to_string(), config, core, generic, pool_threads, _lib: lib })
+            let cpu = VectorLevel::of_this_processor();
+            let generic = generic_kernels(&core, asked.as_deref(), cpu).map(|why| format!("{name}: {why}"));
+            // The short form of the same (the suggestion exists whenever `generic` does).
+            let generic_short = generic.as_ref().and_then(|_| generic_short(&core, cpu?));
+            Ok(OpenBlas {
+                sgemm,
+                dgemm,
+                library: name.to_string(),
+                config,
+                core,
+                generic,
+                generic_short,
+                pool_threads,
+                _lib: lib,
+            })
         }
     }
 
@@ -487,10 +593,16 @@ impl OpenBlas {
 pub enum GemmBackend {
     /// The system's OpenBLAS.
     OpenBlas(OpenBlas),
-    /// The `gemm` crate.
+    /// The `gemm` crate, asked for (`TRA_GEMM=builtin`).
     Builtin,
-    /// The `gemm` crate, because `auto` could not use OpenBLAS: why not.
-    BuiltinFallback(String),
+    /// The `gemm` crate, because `auto` could not use OpenBLAS.
+    BuiltinFallback {
+        /// Why not, in a few words (for [`GemmBackend::describe`]).
+        reason: String,
+        /// Why not, in full: each library tried and what its loader said,
+        /// or the kernels it runs (for [`GemmBackend::details`]).
+        detail: String,
+    },
 }
 
 impl GemmBackend {
@@ -499,23 +611,52 @@ impl GemmBackend {
     /// library anew; the runtimes use the one [`gemm_backend`] chose.
     pub fn select(request: GemmRequest) -> Result<GemmBackend, GemmError> {
         match std::env::var(OPENBLAS_LIB_ENV) {
-            Ok(lib) if !lib.is_empty() => GemmBackend::select_from(request, &[lib.as_str()]),
-            _ => GemmBackend::select_from(request, OPENBLAS_LIBRARIES),
+            Ok(lib) if !lib.is_empty() => GemmBackend::select_in(request, &[lib.as_str()], true),
+            _ => GemmBackend::select_in(request, OPENBLAS_LIBRARIES, false),
         }
     }
 
     /// [`GemmBackend::select`] with OpenBLAS opened from `libraries`.
     pub fn select_from(request: GemmRequest, libraries: &[&str]) -> Result<GemmBackend, GemmError> {
+        GemmBackend::select_in(request, libraries, false)
+    }
+
+    /// `named`: `libraries` is the one `TRA_OPENBLAS_LIB` names.
+    fn select_in(request: GemmRequest, libraries: &[&str], named: bool) -> Result<GemmBackend, GemmError> {
         match request {
             GemmRequest::Builtin => Ok(GemmBackend::Builtin),
             GemmRequest::OpenBlas => OpenBlas::open(libraries).map(GemmBackend::OpenBlas),
-            GemmRequest::Auto => Ok(match OpenBlas::open(libraries) {
-                Ok(o) => match o.generic.clone() {
+            GemmRequest::Auto => Ok(match OpenBlas::open_all(libraries) {
+                Ok(o) => match (o.generic.clone(), o.generic_short.clone()) {
                     // Its fallback kernels are several times slower than the built-in GEMM.
-                    Some(why) => GemmBackend::BuiltinFallback(why),
-                    None => GemmBackend::OpenBlas(o),
+                    (Some(detail), short) => GemmBackend::BuiltinFallback {
+                        reason: match short {
+                            Some(s) => format!("OpenBLAS runs its {s}"),
+                            None => "OpenBLAS runs its slow fallback kernels here".to_string(),
+                        },
+                        detail,
+                    },
+                    (None, _) => GemmBackend::OpenBlas(o),
                 },
-                Err(e) => GemmBackend::BuiltinFallback(e.to_string()),
+                Err((refusal, e)) => {
+                    let reason = match (refusal, named) {
+                        (Refusal::NotFound, false) => "OpenBLAS not found".to_string(),
+                        (Refusal::NotFound, true) => format!("the library {OPENBLAS_LIB_ENV} names does not load"),
+                        (Refusal::NotOpenBlas, false) => "the OpenBLAS found lacks the CBLAS GEMMs".to_string(),
+                        (Refusal::NotOpenBlas, true) => format!("the library {OPENBLAS_LIB_ENV} names is not OpenBLAS"),
+                        (Refusal::Serial, _) => {
+                            "only a serial OpenBLAS found (unsafe across threads); install libopenblas0-pthread"
+                                .to_string()
+                        }
+                    };
+                    let detail = match e {
+                        GemmError::OpenBlasUnavailable { tried, reason } => {
+                            format!("cannot load OpenBLAS (tried {tried}): {reason}")
+                        }
+                        other => other.to_string(),
+                    };
+                    GemmBackend::BuiltinFallback { reason, detail }
+                }
             }),
         }
     }
@@ -524,13 +665,30 @@ impl GemmBackend {
     pub fn name(&self) -> &'static str {
         match self {
             GemmBackend::OpenBlas(_) => "openblas",
-            GemmBackend::Builtin | GemmBackend::BuiltinFallback(_) => "builtin",
+            GemmBackend::Builtin | GemmBackend::BuiltinFallback { .. } => "builtin",
         }
     }
 
-    /// One line for reports and logs: the name, and for OpenBLAS the library
-    /// and its build.
+    /// One short line for reports and logs (at most [`DESCRIBE_MAX_CHARS`]
+    /// characters): which GEMM runs and why, e.g. `OpenBLAS 0.3.21 (Haswell
+    /// kernels)` or `built-in (OpenBLAS not found)`. [`GemmBackend::details`]
+    /// has the rest (the library's path and build, each library tried and
+    /// its loader's message).
     pub fn describe(&self) -> String {
+        match self {
+            GemmBackend::OpenBlas(o) => {
+                describe_openblas(&o.config, &o.core, o.generic_short.as_deref(), o.pool_threads)
+            }
+            GemmBackend::Builtin => format!("built-in ({GEMM_ENV}=builtin)"),
+            GemmBackend::BuiltinFallback { reason, .. } => short(&format!("built-in ({reason})"), DESCRIBE_MAX_CHARS),
+        }
+    }
+
+    /// Everything known of the choice, on one (long) line: the name, and for
+    /// OpenBLAS the library and its build; for `auto`'s fallback, each
+    /// library tried and why it was not taken. For `RUST_LOG=debug` logs and
+    /// the reports' `gemm_detail`; [`GemmBackend::describe`] is the short form.
+    pub fn details(&self) -> String {
         match self {
             GemmBackend::OpenBlas(o) => {
                 let config = if o.config.is_empty() { String::new() } else { format!(": {}", o.config) };
@@ -547,8 +705,10 @@ impl GemmBackend {
                 };
                 format!("openblas ({}{config}, one thread per call{pool}{generic})", o.library)
             }
-            GemmBackend::Builtin => "builtin (the gemm crate)".to_string(),
-            GemmBackend::BuiltinFallback(why) => format!("builtin (the gemm crate; OpenBLAS not used: {why})"),
+            GemmBackend::Builtin => format!("builtin (the gemm crate, as {GEMM_ENV}=builtin asks)"),
+            GemmBackend::BuiltinFallback { detail, .. } => {
+                format!("builtin (the gemm crate; OpenBLAS not used: {detail})")
+            }
         }
     }
 
@@ -663,4 +823,91 @@ pub fn gemm_backend() -> Result<&'static GemmBackend, GemmError> {
 /// that is an error (which the runtimes reported before running anything).
 pub(super) fn kernel_backend() -> &'static GemmBackend {
     gemm_backend().unwrap_or(&BUILTIN)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[rustfmt::skip]
+    const SSE_AVX_CORES: &[&str] = &[
+        "katmai", "coppermine", "northwood", "prescott", "banias", "atom", "core2", "penryn", "dunnington", "nehalem",
+        "athlon", "opteron", "opteron_sse3", "barcelona", "nano", "bobcat", "sandybridge", "bulldozer", "piledriver",
+        "steamroller",
+    ];
+
+    fn fits(line: &str) {
+        assert!(line.chars().count() <= DESCRIBE_MAX_CHARS, "{} chars: {line}", line.chars().count());
+        assert!(!line.contains("TRA_GEMM=openblas"), "{line}");
+    }
+
+    /// Every line `describe` can give for OpenBLAS (any build description,
+    /// kernels, fallback finding and pool) and for `auto`'s fallback to its
+    /// slow kernels is at most 120 characters.
+    #[test]
+    fn every_openblas_line_is_short() {
+        let long = "x".repeat(500);
+        let configs =
+            ["", "OpenBLAS 0.3.21 DYNAMIC_ARCH NO_AFFINITY Haswell MAX_THREADS=64", "OpenBLAS", long.as_str()];
+        let long_version = format!("OpenBLAS {long} DYNAMIC_ARCH");
+        let mut shorts: Vec<Option<String>> = vec![None];
+        for core in SSE_AVX_CORES.iter().chain(&[long.as_str()]) {
+            for cpu in [VectorLevel::Avx2, VectorLevel::Avx512] {
+                let g = generic_short(core, cpu).expect("a suggestion at AVX2 and above");
+                assert!(g.contains(CORETYPE_ENV), "{g}");
+                let fallback =
+                    GemmBackend::BuiltinFallback { reason: format!("OpenBLAS runs its {g}"), detail: long.clone() };
+                fits(&fallback.describe());
+                shorts.push(Some(g));
+            }
+        }
+        for config in configs.iter().copied().chain([long_version.as_str()]) {
+            for core in ["", "Haswell", "SapphireRapids", long.as_str()] {
+                for g in &shorts {
+                    for pool in [0, 1, 191, c_int::MAX as usize, usize::MAX] {
+                        let line = describe_openblas(config, core, g.as_deref(), pool);
+                        fits(&line);
+                        assert!(line.starts_with("OpenBLAS"), "{line}");
+                    }
+                }
+            }
+        }
+        assert_eq!(
+            describe_openblas("OpenBLAS 0.3.21 DYNAMIC_ARCH NO_AFFINITY Haswell MAX_THREADS=64", "Haswell", None, 0),
+            "OpenBLAS 0.3.21 (Haswell kernels)"
+        );
+        let g = generic_short("Prescott", VectorLevel::Avx512).unwrap();
+        assert_eq!(
+            GemmBackend::BuiltinFallback { reason: format!("OpenBLAS runs its {g}"), detail: String::new() }.describe(),
+            "built-in (OpenBLAS runs its Prescott kernels here; OPENBLAS_CORETYPE=SkylakeX enables its AVX-512 ones)"
+        );
+    }
+
+    /// `auto`'s fallback for each refusal, with or without
+    /// `TRA_OPENBLAS_LIB`: short, and blaming no `TRA_GEMM=openblas`.
+    #[test]
+    fn every_fallback_line_is_short() {
+        let missing = "/no/such/dir/libtra-no-such-blas.so.0";
+        for named in [false, true] {
+            for libs in [&[missing][..], &[missing, missing, missing, missing, missing], &[]] {
+                let b = GemmBackend::select_in(GemmRequest::Auto, libs, named).unwrap();
+                fits(&b.describe());
+                assert!(!b.details().contains("TRA_GEMM=openblas"), "{}", b.details());
+                if !libs.is_empty() {
+                    assert!(b.details().contains(missing), "{}", b.details());
+                }
+            }
+        }
+        let b = GemmBackend::select_in(GemmRequest::Auto, &[missing], false).unwrap();
+        assert_eq!(b.describe(), "built-in (OpenBLAS not found)");
+        fits(&GemmBackend::Builtin.describe());
+        // A library that loads but is not OpenBLAS says more than one absent.
+        #[cfg(target_os = "linux")]
+        for named in [false, true] {
+            let b = GemmBackend::select_in(GemmRequest::Auto, &[missing, "libc.so.6"], named).unwrap();
+            fits(&b.describe());
+            assert!(b.describe().contains("CBLAS") || b.describe().contains("not OpenBLAS"), "{}", b.describe());
+            assert!(b.details().contains("cblas_sgemm"), "{}", b.details());
+        }
+    }
 }

@@ -135,8 +135,13 @@ pub struct RunReport {
     pub threads: usize,
     /// Element type.
     pub dtype: &'static str,
-    /// The GEMM of the matrix products ([`GemmBackend::describe`](crate::threads::kernels::GemmBackend::describe)).
+    /// The GEMM of the matrix products, one short line
+    /// ([`GemmBackend::describe`](crate::threads::kernels::GemmBackend::describe)).
     pub gemm: String,
+    /// The same in full: the library and its build, or each library tried
+    /// and why it was not taken
+    /// ([`GemmBackend::details`](crate::threads::kernels::GemmBackend::details)).
+    pub gemm_detail: String,
     /// Wall time of the whole run (placing inputs included).
     pub wall_ms: f64,
     /// Floats moved by all shuffles and broadcasts.
@@ -410,6 +415,7 @@ impl<T: Elem> ThreadRuntime<T> {
             threads: self.threads,
             dtype: T::DTYPE.name(),
             gemm: gemm.describe(),
+            gemm_detail: gemm.details(),
             wall_ms: start.elapsed().as_secs_f64() * 1e3,
             network_floats: floats_moved.values().sum(),
             nodes,
