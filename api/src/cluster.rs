@@ -538,11 +538,7 @@ fn summary(
         .collect();
     let predicted_total = ran.predicted_floats;
     // A run of a given plan (`--plan`) has no optimizer answer: no alternatives, no warnings.
-    let alternatives: Vec<serde_json::Value> = answer
-        .map_or(&[][..], |a| &a.alternatives)
-        .iter()
-        .map(|a| json!({"label": a.label, "network_floats": a.cost.network_floats, "flops": a.cost.flops}))
-        .collect();
+    let alternatives: Vec<serde_json::Value> = answer.map(crate::summary::alternatives_json).unwrap_or_default();
     let out = json!({
         "program": args.file,
         "runtime": "cluster",
@@ -558,6 +554,7 @@ fn summary(
         "strategy": ran.label,
         "chosen_strategy": answer.and_then(|a| a.alternatives.first()).map(|a| a.label.clone()),
         "alternatives": alternatives,
+        "cost_model": answer.map(|a| a.stats.cost_model),
         "network_floats_measured": job.network_floats,
         "network_floats_predicted": predicted_total,
         "floats_match": job.network_floats == predicted_total,

@@ -40,6 +40,16 @@ enum OptimizeFormat {
     Dot,
 }
 
+/// How `tra kernels` prints the kernel catalog.
+#[derive(Clone, Copy, ValueEnum, PartialEq)]
+enum KernelsFormat {
+    /// What `GET /v1/kernels` returns.
+    Json,
+    Text,
+    /// A markdown table.
+    Md,
+}
+
 /// How `tra rules` prints the rule list.
 #[derive(Clone, Copy, ValueEnum, PartialEq)]
 enum RulesFormat {
@@ -59,7 +69,8 @@ enum Command {
         #[arg(long, value_enum, default_value = "text")]
         format: Format,
     },
-    /// Compile a program to its initial IA plan (paper 004, Table 1).
+    /// Compile a program to its initial IA plan (the TRA→IA translation of the
+    /// TRA paper's Table 1: Yuan et al., PVLDB 2021).
     Compile {
         /// The program (JSON); `-` reads standard input.
         file: String,
@@ -172,6 +183,12 @@ enum Command {
         #[arg(long, value_enum, default_value = "text")]
         format: RulesFormat,
     },
+    /// List the kernel catalog: each kernel's name, arity, parameters and what it computes.
+    Kernels {
+        /// Output format (`json`: what `GET /v1/kernels` returns).
+        #[arg(long, value_enum, default_value = "text")]
+        format: KernelsFormat,
+    },
 }
 
 use tra_api::run::{read_text as read, report};
@@ -194,6 +211,7 @@ fn print_report(json: &str, format: ReportFormat, summarize: fn(&serde_json::Val
 fn writes_only_to_stdout(c: &Command) -> bool {
     match c {
         Command::Check { .. } | Command::Compile { .. } | Command::Optimize { .. } | Command::Rules { .. } => true,
+        Command::Kernels { .. } => true,
         Command::Bench { .. } | Command::Einsum { .. } | Command::Calibrate { .. } => true,
         Command::Run { cluster, .. } => !cluster.active(),
         Command::Serve(_) | Command::Worker(_) | Command::Cluster(_) | Command::Secret(_) => false,
@@ -214,6 +232,10 @@ fn run(cli: Cli) -> Result<(), String> {
             bounds.within(|| optimize_cmd(&file, format, sites, &cost, limits, on_failure))
         }
         Command::Rules { format } => rules_cmd(format),
+        Command::Kernels { format } => {
+            print!("{}", kernels_text(format));
+            Ok(())
+        }
         Command::Run { run, cluster, format } => {
             let summary = if cluster.active() {
                 tra_api::cluster::run_cluster_command(&run, &cluster)?
@@ -453,6 +475,33 @@ fn rules_cmd(format: RulesFormat) -> Result<(), String> {
         RulesFormat::Md => print!("{}", tra_rules::table::markdown(&rules)),
     }
     Ok(())
+}
+
+/// The kernel catalog as `tra kernels --format FORMAT` prints it.
+fn kernels_text(format: KernelsFormat) -> String {
+    let kernels = tra_optimizer::kernel::catalog();
+    let params = |p: &[&str]| if p.is_empty() { "none".to_string() } else { p.join(", ") };
+    let mut out = String::new();
+    match format {
+        KernelsFormat::Json => {
+            out = serde_json::to_string_pretty(kernels).expect("the catalog serializes");
+            out.push('\n');
+        }
+        KernelsFormat::Text => {
+            for k in kernels {
+                out += &format!("{} (arity {})\n  parameters: {}\n  {}\n\n", k.name, k.arity, params(k.params), k.doc);
+            }
+        }
+        KernelsFormat::Md => {
+            out += "| Kernel | Arity | Parameters | What it computes |\n|---|---|---|---|\n";
+            for k in kernels {
+                let ps: Vec<String> = k.params.iter().map(|p| format!("`{p}`")).collect();
+                let ps = if ps.is_empty() { "—".to_string() } else { ps.join(", ") };
+                out += &format!("| `{}` | {} | {ps} | {} |\n", k.name, k.arity, k.doc.replace('|', "\\|"));
+            }
+        }
+    }
+    out
 }
 
 fn main() -> ExitCode {

@@ -433,10 +433,16 @@ pub fn run_command_with(args: RunArgs, choice: &PlanChoice) -> Result<String, St
         optimize_ms,
         t_start,
     };
-    let summary = match dtype {
+    let mut summary = match dtype {
         Dtype::F32 => run_typed::<f32>(&ctx)?,
         Dtype::F64 => run_typed::<f64>(&ctx)?,
     };
+    // The optimizer's alternatives, the chosen one first (none for `--plan`):
+    // the summary says why it won.
+    if let Some(a) = &answer {
+        summary["alternatives"] = serde_json::json!(crate::summary::alternatives_json(a));
+        summary["cost_model"] = serde_json::json!(a.stats.cost_model);
+    }
     Ok(serde_json::to_string_pretty(&summary).expect("JSON"))
 }
 

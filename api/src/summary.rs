@@ -164,6 +164,13 @@ pub fn run_summary(v: &Value) -> String {
     if cluster && !v["chosen_strategy"].is_null() && v["chosen_strategy"] != v["strategy"] {
         let _ = writeln!(out, "      (the optimizer's choice was: {})", v["chosen_strategy"].as_str().unwrap_or("?"));
     }
+    // Why the optimizer chose it: only when the run executes that choice.
+    let alts = v["alternatives"].as_array().map_or(&[][..], |a| a.as_slice());
+    if alts.first().is_some_and(|a| a["label"] == v["strategy"]) {
+        if let Some(why) = why_chosen(alts, v["cost_model"].as_str().unwrap_or("network")) {
+            let _ = writeln!(out, "{why}");
+        }
+    }
     if let Some(flops) = v["flops_predicted"].as_u64() {
         let _ = writeln!(
             out,
@@ -264,6 +271,166 @@ pub fn einsum_summary(v: &Value) -> String {
     out
 }
 
+/// The alternatives of an optimizer answer as a run report carries them
+/// (what [`why_chosen`] reads): each one's label, network floats, flops,
+/// minimized figure (`total`), predicted seconds, bytes moved through
+/// memory and operators.
+pub fn alternatives_json(answer: &tra_optimizer::optimize::OptimizeAnswer) -> Vec<Value> {
+    answer
+        .alternatives
+        .iter()
+        .map(|a| {
+            serde_json::json!({
+                "label": a.label, "network_floats": a.cost.network_floats, "flops": a.cost.flops,
+                "total": a.cost.total, "seconds": a.cost.seconds,
+                "memory_bytes": a.site_loads.iter().map(|s| s.memory_bytes).sum::<u64>(),
+                "operators": a.plan.nodes.len(),
+            })
+        })
+        .collect()
+}
+
+/// A ratio of costs as the page writes it: `1.50×`, and never a
+/// misleading `1.00×` for a plan that costs more (`1.004×`).
+fn ratio_text(total: f64, best: f64) -> String {
+    if best.is_nan() || best <= 0.0 {
+        return "more than".into();
+    }
+    let r = total / best;
+    match format!("{r:.2}") {
+        s if s == "1.00" && r < 1.001 => format!("{r:.4}×"),
+        s if s == "1.00" => format!("{r:.3}×"),
+        s => format!("{s}×"),
+    }
+}
+
+/// One alternative's figures, from an optimize answer (`{"label", "cost":
+/// {…}, "plan", "site_loads"}`) or a run report (`{"label", "total", …}`).
+struct Alt<'a> {
+    label: &'a str,
+    total: f64,
+    floats: u64,
+    flops: u64,
+    /// Bytes its kernels move through memory, summed over sites.
+    memory: Option<u64>,
+    operators: Option<usize>,
+}
+
+impl<'a> Alt<'a> {
+    fn of(a: &'a Value) -> Option<Alt<'a>> {
+        let c = if a["cost"].is_object() { &a["cost"] } else { a };
+        let memory = match a["site_loads"].as_array() {
+            Some(sites) => Some(sites.iter().filter_map(|s| s["memory_bytes"].as_u64()).sum()),
+            None => a["memory_bytes"].as_u64(),
+        };
+        let operators = a["plan"]["nodes"].as_object().map(|n| n.len()).or(a["operators"].as_u64().map(|n| n as usize));
+        Some(Alt {
+            label: a["label"].as_str().unwrap_or("?"),
+            total: c["total"].as_f64()?,
+            floats: c["network_floats"].as_u64().unwrap_or(0),
+            flops: c["flops"].as_u64().unwrap_or(0),
+            memory,
+            operators,
+        })
+    }
+}
+
+/// The line that says why the optimizer chose `alternatives[0]` (the chosen
+/// plan first, the others cheapest first, as the optimizer orders them):
+/// the runner-up and its cost ratio, or, for a tie, the tie-break that
+/// decided, in the optimizer's order (`optimizer/src/optimize.rs`, `pick`).
+/// `None` when the alternatives carry no costs.
+pub fn why_chosen(alternatives: &[Value], cost_model: &str) -> Option<String> {
+    let alts: Vec<Alt> = alternatives.iter().map(Alt::of).collect::<Option<_>>()?;
+    let best = alts.first()?;
+    let Some(runner) = alts.get(1) else {
+        return Some("why: the e-graph holds only one strategy for this program".into());
+    };
+    if cost_model == "time" {
+        return Some(why_time(&alts));
+    }
+    // α = 1, β = 0 (the default): the cost is the network floats.
+    let measure = if alts.iter().all(|a| a.total == a.floats as f64) {
+        "network floats"
+    } else {
+        "cost (α·floats + β·flops)"
+    };
+    let tied: Vec<&Alt> = alts[1..].iter().filter(|a| a.total == best.total).collect();
+    if tied.is_empty() {
+        return Some(format!(
+            "why: runner-up: {} — {} the {measure}",
+            runner.label,
+            ratio_text(runner.total, best.total)
+        ));
+    }
+    let mut out = String::new();
+    for t in &tied {
+        let by = if best.flops != t.flops {
+            format!("fewer flops ({} against {})", grouped(best.flops), grouped(t.flops))
+        } else if best.floats != t.floats {
+            format!("fewer network floats ({} against {})", grouped(best.floats), grouped(t.floats))
+        } else {
+            "the first place in the optimizer's fixed order (same flops, same network floats)".into()
+        };
+        let _ = writeln!(out, "why: tied on {measure} with {}; chosen by the tie-break: {by}", t.label);
+    }
+    let _ = write!(
+        out,
+        "     (ties are broken by fewer flops, then fewer network floats, then a fixed order: the plan of the \
+         optimizer's unrestricted search before the plans restricted to one join strategy)"
+    );
+    if let Some(next) = alts[1..].iter().find(|a| a.total != best.total) {
+        let _ = write!(out, "\n     next: {} — {} the {measure}", next.label, ratio_text(next.total, best.total));
+    }
+    Some(out)
+}
+
+/// [`why_chosen`] under the time model: plans predicted within its
+/// resolution of the fastest are not told apart, and the one whose kernels
+/// move the fewest bytes through memory wins, then the one with the fewest
+/// operators, then the faster prediction.
+fn why_time(alts: &[Alt]) -> String {
+    let best = &alts[0];
+    let fastest = alts.iter().map(|a| a.total).fold(f64::INFINITY, f64::min);
+    let bound = fastest * (1.0 + tra_optimizer::optimize::TIME_RESOLUTION);
+    let pct = tra_optimizer::optimize::TIME_RESOLUTION * 100.0;
+    let close: Vec<&Alt> = alts[1..].iter().filter(|a| a.total <= bound).collect();
+    if close.is_empty() || best.total > bound {
+        let runner = &alts[1];
+        return format!(
+            "why: runner-up: {} — {} the predicted time",
+            runner.label,
+            ratio_text(runner.total, best.total)
+        );
+    }
+    let mut out = String::new();
+    for t in &close {
+        let by = match (best.memory, t.memory, best.operators, t.operators) {
+            (Some(m), Some(n), ..) if m != n => {
+                format!("fewer bytes moved through memory ({} against {})", grouped(m), grouped(n))
+            }
+            (.., Some(m), Some(n)) if m != n => format!("fewer operators ({m} against {n})"),
+            _ => "the faster prediction".into(),
+        };
+        let _ = writeln!(
+            out,
+            "why: predicted within {pct:.0}% of {} ({} its time), too close for the time model to tell apart; chosen \
+             by the tie-break: {by}",
+            t.label,
+            ratio_text(best.total, t.total)
+        );
+    }
+    let _ = write!(
+        out,
+        "     (plans within {pct:.0}% are broken by fewer bytes moved through memory, then fewer operators, then the \
+         faster prediction)"
+    );
+    if let Some(next) = alts[1..].iter().find(|a| a.total > bound) {
+        let _ = write!(out, "\n     next: {} — {} the predicted time", next.label, ratio_text(next.total, best.total));
+    }
+    out
+}
+
 /// Predicted seconds, in the unit that reads best.
 fn seconds(v: &Value) -> String {
     match v.as_f64() {
@@ -295,6 +462,9 @@ pub fn optimize_summary(v: &Value, sites: usize) -> String {
     }
     let model = if time_model { "time" } else { "network" };
     let _ = writeln!(out, "; chosen by the {model} cost model");
+    if let Some(why) = why_chosen(&alts, model) {
+        let _ = writeln!(out, "{why}");
+    }
     let nodes = v["plan"]["nodes"].as_object().map_or(0, |n| n.len());
     let _ = writeln!(out, "plan size: {nodes} operators (--format text prints it with each operator's cost)");
     if alts.len() > 1 {
@@ -419,6 +589,30 @@ mod tests {
         assert!(text.contains("0.96×") && text.contains("within 5% of the chosen plan"), "{text}");
         let text = optimize_summary(&answer(vec![alt("fused", 0.138), alt("CMM", 0.145)]), 2);
         assert!(!text.contains("within 5%"), "{text}");
+    }
+
+    #[test]
+    fn why_names_the_runner_up_or_the_tie_break() {
+        let alt = |label: &str, floats: u64, flops: u64| serde_json::json!({"label": label, "total": floats as f64, "network_floats": floats, "flops": flops});
+        let why = why_chosen(&[alt("RMM", 64, 9), alt("CMM", 96, 9), alt("BMM", 160, 9)], "network").unwrap();
+        assert_eq!(why, "why: runner-up: CMM — 1.50× the network floats");
+        let why = why_chosen(&[alt("BMM", 64, 8), alt("RMM", 64, 9), alt("CMM", 80, 9)], "network").unwrap();
+        assert!(
+            why.starts_with("why: tied on network floats with RMM; chosen by the tie-break: fewer flops (8 against 9)")
+        );
+        assert!(why.contains("next: CMM — 1.25× the network floats"), "{why}");
+        let why = why_chosen(&[alt("BMM", 64, 9), alt("RMM", 64, 9)], "network").unwrap();
+        assert!(why.contains("the first place in the optimizer's fixed order"), "{why}");
+        let why = why_chosen(&[alt("A", 1000, 9), alt("B", 1003, 9)], "network").unwrap();
+        assert!(why.ends_with("1.003× the network floats"), "{why}");
+        let timed = |label: &str, total: f64, memory: u64| serde_json::json!({"label": label, "total": total, "memory_bytes": memory});
+        let why = why_chosen(&[timed("fused", 0.138, 10), timed("unfused", 0.132, 30)], "time").unwrap();
+        assert!(
+            why.contains("within 5% of unfused") && why.contains("fewer bytes moved through memory (10 against 30)"),
+            "{why}"
+        );
+        let why = why_chosen(&[timed("fused", 0.1, 10), timed("CMM", 0.2, 5)], "time").unwrap();
+        assert_eq!(why, "why: runner-up: CMM — 2.00× the predicted time");
     }
 
     #[test]

@@ -288,3 +288,39 @@ fn serve_refuses_a_cpu_slot_count_it_cannot_keep_threads_for() {
         assert!(err.contains("--max-concurrent-optimizations") && err.contains("between 1 and 512"), "{err}");
     }
 }
+
+#[test]
+fn kernels_lists_the_catalog_as_get_v1_kernels_does() {
+    let (ok, out, err) = tra(&["kernels", "--format", "json"]);
+    assert!(ok, "{err}");
+    let listed: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(listed, serde_json::to_value(tra_optimizer::kernel::catalog()).unwrap());
+    let (ok, text, _) = tra(&["kernels"]);
+    assert!(ok);
+    for k in tra_optimizer::kernel::catalog() {
+        assert!(
+            text.contains(&format!("{} (arity {})", k.name, k.arity)) && text.contains(k.doc),
+            "{}: {text}",
+            k.name
+        );
+    }
+    let (ok, md, _) = tra(&["kernels", "--format", "md"]);
+    assert!(ok && md.starts_with("| Kernel | Arity |") && md.contains("| `matMul` | 2 |"), "{md}");
+}
+
+#[test]
+fn the_optimize_summary_says_why_the_chosen_plan_won() {
+    let (ok, out, err) = tra(&["optimize", "examples/matmul.json"]);
+    assert!(ok, "{err}");
+    assert!(out.contains("why: runner-up: CMM — ") && out.contains(" — 1.50× the network floats"), "{out}");
+    let (ok, out, err) = tra(&["optimize", "examples/matmul.json", "--sites", "4"]);
+    assert!(ok, "{err}");
+    assert!(out.contains("why: tied on network floats with RMM") && out.contains("chosen by the tie-break: "), "{out}");
+    assert!(out.contains("ties are broken by fewer flops, then fewer network floats, then a fixed order"), "{out}");
+}
+
+#[test]
+fn help_names_the_paper_in_words() {
+    let (ok, out, _) = tra(&["--help"]);
+    assert!(ok && !out.contains("paper 004") && out.contains("the TRA paper's Table 1"), "{out}");
+}
