@@ -13,7 +13,9 @@
 //!   [--sites N]`: reads dense `.npy` operands (in the order given), compiles,
 //!   optimizes, runs the plan on the thread executor (or the reference
 //!   interpreter), and writes the dense result, cropped back from the padded
-//!   blocks to numpy's shape, as float64.
+//!   blocks to numpy's shape, in the inputs' element type (float32 or
+//!   float64, chosen as `tra run` chooses it; on worker threads the plan is
+//!   run as `tra run` runs it, in that type).
 
 use crate::server::{ApiError, AppState, JsonBody, ServerConfig};
 use axum::extract::State;
@@ -24,6 +26,7 @@ use ndarray::{ArrayD, Axis, IxDyn, Slice};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::sync::OnceLock;
 use std::time::Instant;
 use tra_einsum::{
@@ -32,6 +35,8 @@ use tra_einsum::{
 };
 use tra_executor::npy;
 use tra_executor::reference::{AnyLayout, Relation};
+use tra_executor::semantics::all_keys;
+use tra_executor::threads::{Dtype, Elem, Pool, RunOptions, TRelation, ThreadRuntime};
 use tra_optimizer::optimize::{optimize_with, OnRuleFailure};
 use tra_optimizer::rule::RuleDef;
 use tra_optimizer::{Cluster, ProgramError};
@@ -306,10 +311,11 @@ pub struct EinsumArgs {
     #[arg(allow_hyphen_values = true)]
     pub expression: String,
     /// An operand from a dense `.npy` file (float64 or float32), `NAME=FILE.npy`, once per operand, in
-    /// the expression's order.
+    /// the expression's order. The result is computed and written in their dtype (float32 only when
+    /// every operand is float32, as numpy promotes).
     #[arg(long = "input", value_name = "NAME=FILE.npy")]
     pub inputs: Vec<String>,
-    /// Where to write the dense result (float64, numpy's shape): `NAME=FILE.npy` or `FILE.npy`
+    /// Where to write the dense result (the inputs' dtype, numpy's shape): `NAME=FILE.npy` or `FILE.npy`
     /// (the output node is then `out`).
     #[arg(long, value_name = "NAME=FILE.npy")]
     pub output: Option<String>,
@@ -361,7 +367,136 @@ fn to_nested(a: &ArrayD<f64>) -> Value {
     rec(a.view())
 }
 
+/// What running the plan gave: the dense result (cropped) in the element
+/// type computed in, floats moved, and the load and run times.
+struct Executed<T> {
+    dense: ArrayD<T>,
+    floats_moved: u64,
+    load_ms: f64,
+    run_ms: f64,
+}
+
+/// The operands' relations on the thread executor, cut straight from the
+/// files' dense tensors into blocks of `pool` (size-1 broadcast axes
+/// dropped, last blocks zero-padded), in the element type computed in.
+pub fn operand_trelation<T: Elem>(dense: &ArrayD<T>, op: &OperandInfo, pool: &Pool<T>) -> Result<TRelation<T>, String> {
+    if dense.shape() != op.shape.as_slice() {
+        return Err(format!("operand {}: data of shape {:?}, expected {:?}", op.name, dense.shape(), op.shape));
+    }
+    let mut view = dense.view();
+    for axis in (0..op.shape.len()).rev() {
+        if !op.relation_axes.contains(&axis) {
+            view = view.index_axis_move(Axis(axis), 0);
+        }
+    }
+    if view.ndim() != op.key_bounds.len() || view.ndim() != op.array_bounds.len() {
+        return Err(format!(
+            "internal error: operand {} has {} relation axes but key bounds {:?} and blocks {:?}",
+            op.name,
+            view.ndim(),
+            op.key_bounds,
+            op.array_bounds
+        ));
+    }
+    let mut tuples = Vec::new();
+    for key in all_keys(&op.key_bounds) {
+        let mut src = view.view();
+        let mut block = pool.take(&op.array_bounds);
+        let mut dst = block.view_mut();
+        let mut partial = false;
+        for (axis, (&k, &b)) in key.iter().zip(&op.array_bounds).enumerate() {
+            let n = src.shape()[axis];
+            let (lo, hi) = ((k as usize * b).min(n), (k as usize * b + b).min(n));
+            partial |= hi - lo < b;
+            src.slice_axis_inplace(Axis(axis), Slice::from(lo..hi));
+        }
+        if partial {
+            dst.fill(T::ZERO);
+            for (axis, &n) in src.shape().to_vec().iter().enumerate() {
+                dst.slice_axis_inplace(Axis(axis), Slice::from(0..n));
+            }
+        }
+        dst.assign(&src);
+        tuples.push((key, Arc::new(block)));
+    }
+    Ok(TRelation { tuples })
+}
+
+/// The dense result of the output relation on the thread executor, cropped
+/// to numpy's shape (keys without a tuple are zeros).
+fn output_dense_typed<T: Elem>(rel: &TRelation<T>, out: &OutputInfo) -> Result<ArrayD<T>, String> {
+    let mut dense = ArrayD::<T>::from_elem(IxDyn(&out.shape), T::ZERO);
+    for (key, block) in &rel.tuples {
+        if key.len() != out.shape.len() || block.shape().len() != out.shape.len() {
+            return Err(format!("output {}: tuple {key:?} does not fit its shape {:?}", out.name, out.shape));
+        }
+        let mut src = block.view();
+        let mut dst = dense.view_mut();
+        for (axis, (&k, &b)) in key.iter().zip(block.shape()).enumerate() {
+            let n = out.shape[axis];
+            let (lo, hi) = ((k as usize * b).min(n), (k as usize * b + b).min(n));
+            dst.slice_axis_inplace(Axis(axis), Slice::from(lo..hi));
+            src.slice_axis_inplace(Axis(axis), Slice::from(0..hi - lo));
+        }
+        dst.assign(&src);
+    }
+    Ok(dense)
+}
+
+/// Load the operands as `T` and run the plan: on worker threads in `T`, as
+/// `tra run` does ([`ThreadRuntime`], its default options), or on the
+/// reference interpreter (which computes in f64; its result is then
+/// converted to `T`).
+fn execute<T: Elem>(
+    args: &EinsumArgs,
+    plan: &tra_optimizer::Plan,
+    compiled: &Compiled,
+    paths: &[PathBuf],
+) -> Result<Executed<T>, String> {
+    let t_load = Instant::now();
+    if args.executor == "reference" {
+        let mut inputs: BTreeMap<String, Relation> = BTreeMap::new();
+        for (op, path) in compiled.operands.iter().zip(paths) {
+            let a = npy::read_array::<f64>(path).map_err(|e| format!("input `{}`: {e}", op.name))?;
+            inputs.insert(op.name.clone(), operand_relation(&a, op)?);
+        }
+        let load_ms = t_load.elapsed().as_secs_f64() * 1e3;
+        let t_run = Instant::now();
+        let run = tra_executor::reference::eval_ia(plan, args.sites, &inputs, AnyLayout::RoundRobin)
+            .map_err(|e| format!("error while running: {e}"))?;
+        let run_ms = t_run.elapsed().as_secs_f64() * 1e3;
+        let mut outs = run.erased_outputs().map_err(|e| format!("error while running: {e}"))?;
+        let rel = outs
+            .remove(&compiled.output.name)
+            .ok_or_else(|| format!("internal error: no output {}", compiled.output.name))?;
+        let dense = output_dense(&rel, &compiled.output)?.mapv(T::from_f64);
+        return Ok(Executed { dense, floats_moved: run.total_floats_moved(), load_ms, run_ms });
+    }
+    let rt: ThreadRuntime<T> = ThreadRuntime::new();
+    let mut inputs: BTreeMap<String, TRelation<T>> = BTreeMap::new();
+    for (op, path) in compiled.operands.iter().zip(paths) {
+        let a = npy::read_array::<T>(path).map_err(|e| format!("input `{}`: {e}", op.name))?;
+        inputs.insert(op.name.clone(), operand_trelation(&a, op, rt.pool())?);
+    }
+    let load_ms = t_load.elapsed().as_secs_f64() * 1e3;
+    let run =
+        rt.run(plan, args.sites, &inputs, &RunOptions::default()).map_err(|e| format!("error while running: {e}"))?;
+    drop(inputs);
+    let value = run
+        .outputs
+        .get(&compiled.output.name)
+        .ok_or_else(|| format!("internal error: no output {}", compiled.output.name))?;
+    let rel = value.erase().map_err(|e| format!("output `{}`: {e}", compiled.output.name))?;
+    let dense = output_dense_typed(&rel, &compiled.output)?;
+    Ok(Executed { dense, floats_moved: run.total_floats_moved(), load_ms, run_ms: run.report.wall_ms })
+}
+
 /// Run `tra einsum`; the answer is a JSON summary (pretty-printed).
+///
+/// It computes in the inputs' element type, chosen as `tra run` chooses it
+/// ([`crate::run::input_dtype`]: float32 files give float32, float64 files
+/// float64; float32 and float64 together float64, as numpy promotes), runs
+/// the plan the way `tra run` does, and writes the result in that type.
 pub fn einsum_command(args: EinsumArgs) -> Result<String, String> {
     let t_start = Instant::now();
     if args.sites == 0 {
@@ -370,21 +505,32 @@ pub fn einsum_command(args: EinsumArgs) -> Result<String, String> {
     if args.block == 0 {
         return Err("--block must be at least 1".into());
     }
-    // Operands, in order.
+    // Operands, in order: their shapes from the headers (the data is read
+    // once the plan is known, in the type computed in).
     let mut operands = Vec::new();
-    let mut data: Vec<ArrayD<f64>> = Vec::new();
     let mut paths: Vec<PathBuf> = Vec::new();
+    let mut files: BTreeMap<String, PathBuf> = BTreeMap::new();
+    let mut dtypes: Vec<Option<Dtype>> = Vec::new();
     for item in &args.inputs {
         let (name, path) = item
             .split_once('=')
             .filter(|(n, p)| !n.is_empty() && !p.is_empty())
             .ok_or_else(|| format!("--input {item:?}: expected NAME=FILE.npy"))?;
         let path = PathBuf::from(path);
-        let a = npy::read_array::<f64>(&path).map_err(|e| format!("input `{name}`: {e}"))?;
-        operands.push(Operand { name: name.to_string(), shape: a.shape().to_vec(), block: None });
-        data.push(a);
+        let h = npy::read_file_header(&path).map_err(|e| format!("input `{name}`: {e}"))?;
+        dtypes.push(h.dtype.float);
+        operands.push(Operand { name: name.to_string(), shape: h.shape.clone(), block: None });
+        files.insert(name.to_string(), path.clone());
         paths.push(path);
     }
+    // The element type as `tra run` chooses it, except that float32 and
+    // float64 operands together compute in float64 (numpy's promotion)
+    // where `tra run` asks for --dtype.
+    let mixed = {
+        let kinds: std::collections::BTreeSet<&str> = dtypes.iter().flatten().map(|d| d.name()).collect();
+        kinds.len() > 1
+    };
+    let dtype = crate::run::input_dtype(&files, mixed.then_some("f64"))?;
     let (out_name, out_path) = match &args.output {
         None => (None, None),
         Some(o) => match o.split_once('=') {
@@ -418,45 +564,15 @@ pub fn einsum_command(args: EinsumArgs) -> Result<String, String> {
     }
     let optimize_ms = t_opt.elapsed().as_secs_f64() * 1e3;
 
-    let t_load = Instant::now();
-    let mut inputs: BTreeMap<String, Relation> = BTreeMap::new();
-    for (op, a) in compiled.operands.iter().zip(&data) {
-        inputs.insert(op.name.clone(), operand_relation(a, op)?);
-    }
-    drop(data);
-    let load_ms = t_load.elapsed().as_secs_f64() * 1e3;
-
-    let t_run = Instant::now();
-    let run = match args.executor.as_str() {
-        "reference" => tra_executor::reference::eval_ia(&answer.plan, args.sites, &inputs, AnyLayout::RoundRobin),
-        _ => tra_executor::threads::eval_ia(&answer.plan, args.sites, &inputs, AnyLayout::RoundRobin),
-    }
-    .map_err(|e| format!("error while running: {e}"))?;
-    let run_ms = t_run.elapsed().as_secs_f64() * 1e3;
-    let mut outs = run.erased_outputs().map_err(|e| format!("error while running: {e}"))?;
-    let rel = outs
-        .remove(&compiled.output.name)
-        .ok_or_else(|| format!("internal error: no output {}", compiled.output.name))?;
-    let dense = output_dense(&rel, &compiled.output)?;
-    let (sum, abs) = dense.iter().fold((0.0, 0.0), |(s, a), &x| (s + x, a + x.abs()));
-    let mut output = json!({
-        "name": compiled.output.name, "shape": compiled.output.shape,
-        "relation": {"key_bounds": compiled.output.key_bounds, "array_bounds": compiled.output.array_bounds},
-        "cropped": compiled.output.cropped,
-        "checksum": {"sum": crate::server::json_float(sum), "abs_sum": crate::server::json_float(abs)},
-    });
-    if let Some(path) = &out_path {
-        let std = dense.as_standard_layout();
-        npy::write_array::<f64>(path, dense.shape(), std.as_slice().expect("standard layout"))
-            .map_err(|e| format!("output: {e}"))?;
-        output["path"] = json!(path.display().to_string());
-    } else if dense.len() <= 10_000 {
-        output["data"] = to_nested(&dense);
-    }
-    let measured = run.total_floats_moved();
+    let (mut output, measured, load_ms, run_ms, write_ms) = match dtype {
+        Dtype::F32 => finish(execute::<f32>(&args, &answer.plan, &compiled, &paths)?, &compiled, out_path.as_deref())?,
+        Dtype::F64 => finish(execute::<f64>(&args, &answer.plan, &compiled, &paths)?, &compiled, out_path.as_deref())?,
+    };
+    output["dtype"] = json!(dtype.name());
     let mut summary = json!({
         "expression": args.expression,
         "executor": args.executor,
+        "dtype": dtype.name(),
         "sites": args.sites,
         "block": args.block,
         "inputs": compiled.operands.iter().zip(&paths).map(|(o, p)| json!({
@@ -475,7 +591,7 @@ pub fn einsum_command(args: EinsumArgs) -> Result<String, String> {
         "network_floats_predicted": answer.cost.network_floats,
         "timings_ms": {
             "compile": compile_ms, "optimize": optimize_ms, "load": load_ms, "run": run_ms,
-            "total": t_start.elapsed().as_secs_f64() * 1e3,
+            "write": write_ms, "total": t_start.elapsed().as_secs_f64() * 1e3,
         },
         "warnings": answer.warnings,
     });
@@ -483,4 +599,35 @@ pub fn einsum_command(args: EinsumArgs) -> Result<String, String> {
         summary["program_json"] = serde_json::to_value(&compiled.program).expect("JSON");
     }
     Ok(serde_json::to_string_pretty(&summary).expect("JSON"))
+}
+
+/// The output's summary (checksum; the file written in `T`, or the values
+/// when small), the floats moved, and the load, run and write times.
+fn finish<T: Elem>(
+    ex: Executed<T>,
+    compiled: &Compiled,
+    out_path: Option<&std::path::Path>,
+) -> Result<(Value, u64, f64, f64, f64), String> {
+    let dense = ex.dense;
+    let (sum, abs) = dense.iter().fold((0.0f64, 0.0f64), |(s, a), &x| {
+        let x = x.to_f64();
+        (s + x, a + x.abs())
+    });
+    let mut output = json!({
+        "name": compiled.output.name, "shape": compiled.output.shape,
+        "relation": {"key_bounds": compiled.output.key_bounds, "array_bounds": compiled.output.array_bounds},
+        "cropped": compiled.output.cropped,
+        "checksum": {"sum": crate::server::json_float(sum), "abs_sum": crate::server::json_float(abs)},
+    });
+    let t_write = Instant::now();
+    if let Some(path) = out_path {
+        let std = dense.as_standard_layout();
+        npy::write_array::<T>(path, dense.shape(), std.as_slice().expect("standard layout"))
+            .map_err(|e| format!("output: {e}"))?;
+        output["path"] = json!(path.display().to_string());
+    } else if dense.len() <= 10_000 {
+        output["data"] = to_nested(&dense.mapv(|x| x.to_f64()));
+    }
+    let write_ms = t_write.elapsed().as_secs_f64() * 1e3;
+    Ok((output, ex.floats_moved, ex.load_ms, ex.run_ms, write_ms))
 }

@@ -234,8 +234,18 @@ pub fn files_and_dtype(
         ));
     }
     let outputs = pairs("output", &args.outputs, &p.outputs, "output")?;
+    let dtype = input_dtype(&inputs, args.dtype.as_deref())?;
+    Ok((inputs, outputs, dtype))
+}
+
+/// The element type to compute in for float `.npy` inputs (`NAME → FILE`):
+/// `forced` (`--dtype f32|f64`), else the files' own type, which must agree
+/// (no inputs: f64). Reads only the headers; a file that is missing or holds
+/// no floats is an error naming its input. Shared by `tra run` and `tra
+/// einsum`.
+pub fn input_dtype(inputs: &BTreeMap<String, PathBuf>, forced: Option<&str>) -> Result<Dtype, String> {
     let mut dtypes: BTreeMap<String, Dtype> = BTreeMap::new();
-    for (name, path) in &inputs {
+    for (name, path) in inputs {
         let h = npy::read_file_header(path).map_err(|e| format!("input `{name}`: {e}"))?;
         let d = h.dtype.float.ok_or_else(|| {
             format!(
@@ -247,7 +257,7 @@ pub fn files_and_dtype(
         })?;
         dtypes.insert(name.clone(), d);
     }
-    let dtype = match &args.dtype {
+    let dtype = match forced {
         Some(d) => Dtype::parse(d).ok_or_else(|| format!("--dtype {d}: expected f32 or f64"))?,
         None => {
             let mut distinct: Vec<Dtype> = dtypes.values().copied().collect();
@@ -268,7 +278,7 @@ pub fn files_and_dtype(
             }
         }
     };
-    Ok((inputs, outputs, dtype))
+    Ok(dtype)
 }
 
 /// Optimize a program with every rule within `bounds`; the answer and the
