@@ -51,9 +51,9 @@ fn rules() -> &'static [RuleDef] {
 // Data: dense tensors ↔ blocked relations
 // ---------------------------------------------------------------------------
 
-/// The relation of an operand from its dense tensor: size-1 broadcast axes
-/// dropped, zero-padded to whole blocks, cut into blocks.
-pub fn operand_relation(dense: &ArrayD<f64>, op: &OperandInfo) -> Result<Relation, String> {
+/// An operand's dense tensor checked against its shape, with the size-1
+/// broadcast axes that are not relation axes dropped.
+fn relation_view<'a, T>(dense: &'a ArrayD<T>, op: &OperandInfo) -> Result<ndarray::ArrayViewD<'a, T>, String> {
     if dense.shape() != op.shape.as_slice() {
         return Err(format!("operand {}: data of shape {:?}, expected {:?}", op.name, dense.shape(), op.shape));
     }
@@ -63,6 +63,13 @@ pub fn operand_relation(dense: &ArrayD<f64>, op: &OperandInfo) -> Result<Relatio
             view = view.index_axis_move(Axis(axis), 0);
         }
     }
+    Ok(view)
+}
+
+/// The relation of an operand from its dense tensor: size-1 broadcast axes
+/// dropped, zero-padded to whole blocks, cut into blocks.
+pub fn operand_relation(dense: &ArrayD<f64>, op: &OperandInfo) -> Result<Relation, String> {
+    let view = relation_view(dense, op)?;
     let padded_shape: Vec<usize> = op.key_bounds.iter().zip(&op.array_bounds).map(|(&k, &b)| k as usize * b).collect();
     let mut padded = ArrayD::<f64>::zeros(IxDyn(&padded_shape));
     {
@@ -380,15 +387,7 @@ struct Executed<T> {
 /// files' dense tensors into blocks of `pool` (size-1 broadcast axes
 /// dropped, last blocks zero-padded), in the element type computed in.
 pub fn operand_trelation<T: Elem>(dense: &ArrayD<T>, op: &OperandInfo, pool: &Pool<T>) -> Result<TRelation<T>, String> {
-    if dense.shape() != op.shape.as_slice() {
-        return Err(format!("operand {}: data of shape {:?}, expected {:?}", op.name, dense.shape(), op.shape));
-    }
-    let mut view = dense.view();
-    for axis in (0..op.shape.len()).rev() {
-        if !op.relation_axes.contains(&axis) {
-            view = view.index_axis_move(Axis(axis), 0);
-        }
-    }
+    let view = relation_view(dense, op)?;
     if view.ndim() != op.key_bounds.len() || view.ndim() != op.array_bounds.len() {
         return Err(format!(
             "internal error: operand {} has {} relation axes but key bounds {:?} and blocks {:?}",

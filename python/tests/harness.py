@@ -68,3 +68,14 @@ def run_tests(namespace, title, setup, teardown, only=""):
         teardown()
     print(f"{title}: {failures} failure(s)")
     return 1 if failures else 0
+
+
+def expect_errors(cases, error):
+    """Each `(make, text)`: calling `make()` raises `error` whose message holds `text`."""
+    for make, text in cases:
+        try:
+            make()
+        except error as e:
+            assert text in str(e), f"{text!r} not in {e}"
+        else:
+            raise AssertionError(f"no error for {text}")
